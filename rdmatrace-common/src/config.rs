@@ -1,0 +1,90 @@
+//! `CONFIG` map contents: kernel-side filter and the struct offsets / argument positions that user
+//! space resolved from this kernel's BTF. Nothing here is hard-coded for one kernel version; a
+//! field the kernel does not have is [`UNRESOLVED`](crate::limits::UNRESOLVED) and is not read.
+
+/// Byte offsets of the struct members the programs read, plus argument positions of the probed
+/// functions. Every field is a `u32`; `UNRESOLVED` disables the read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeConfig {
+    /// Only report events of this thread-group id (0: everything).
+    pub filter_pid: u32,
+    pub _pad: u32,
+
+    // struct ib_qp
+    pub qp_device: u32,
+    pub qp_qp_num: u32,
+    pub qp_qp_type: u32,
+    // struct ib_device
+    pub device_name: u32,
+    // struct ib_qp_init_attr
+    pub init_attr_qp_type: u32,
+    // struct ib_qp_attr
+    pub attr_qp_state: u32,
+    pub attr_cur_qp_state: u32,
+    pub attr_path_mtu: u32,
+    pub attr_dest_qp_num: u32,
+    pub attr_sq_psn: u32,
+    pub attr_rq_psn: u32,
+    pub attr_timeout: u32,
+    pub attr_retry_cnt: u32,
+    pub attr_rnr_retry: u32,
+    /// `ah_attr.grh.dgid`, summed through the nested structs.
+    pub attr_dgid: u32,
+    // struct task_struct
+    pub task_real_parent: u32,
+    pub task_tgid: u32,
+    pub task_exit_code: u32,
+
+    // Argument positions (0-based) of the probed functions, from their BTF prototypes.
+    /// `ib_create_qp_user(dev, pd, attr, ...)`: the `ib_device *`.
+    pub create_arg_dev: u32,
+    /// `ib_create_qp_user(...)`: the `ib_qp_init_attr *`.
+    pub create_arg_attr: u32,
+    /// `ib_modify_qp_with_udata(ib_qp, attr, attr_mask, udata)`.
+    pub modify_arg_qp: u32,
+    pub modify_arg_attr: u32,
+    pub modify_arg_mask: u32,
+    /// `ib_destroy_qp_user(qp, udata)`.
+    pub destroy_arg_qp: u32,
+}
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 104);
+
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], only u32 fields, no implicit padding.
+unsafe impl aya::Pod for ProbeConfig {}
+
+impl ProbeConfig {
+    /// Everything unresolved, no filter: the starting point user space fills from BTF.
+    pub const fn unresolved() -> ProbeConfig {
+        use crate::limits::UNRESOLVED as U;
+        ProbeConfig {
+            filter_pid: 0,
+            _pad: 0,
+            qp_device: U,
+            qp_qp_num: U,
+            qp_qp_type: U,
+            device_name: U,
+            init_attr_qp_type: U,
+            attr_qp_state: U,
+            attr_cur_qp_state: U,
+            attr_path_mtu: U,
+            attr_dest_qp_num: U,
+            attr_sq_psn: U,
+            attr_rq_psn: U,
+            attr_timeout: U,
+            attr_retry_cnt: U,
+            attr_rnr_retry: U,
+            attr_dgid: U,
+            task_real_parent: U,
+            task_tgid: U,
+            task_exit_code: U,
+            create_arg_dev: U,
+            create_arg_attr: U,
+            modify_arg_qp: U,
+            modify_arg_attr: U,
+            modify_arg_mask: U,
+            destroy_arg_qp: U,
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Records written by the kernel programs into the `EVENTS` ring buffer.
+//!
+//! Layout rules: `#[repr(C)]`, every field naturally aligned, explicit `_pad` fields, total size a
+//! multiple of 8 (the ring buffer aligns records to 8 bytes). Integers instead of `bool`/enums so
+//! that any bit pattern is a valid value; user space validates when it decodes.
+
+use crate::limits::{COMM_LEN, DEV_NAME_LEN, GID_LEN};
+
+/// What a record is. Stored as a raw `u32` in [`EventHeader::kind`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    QpCreate = 1,
+    QpModify = 2,
+    QpDestroy = 3,
+    ProcessExec = 4,
+    ProcessExit = 5,
+}
+
+impl EventKind {
+    /// Every kind, for exhaustive tests and decoders.
+    pub const ALL: [EventKind; 5] = [
+        EventKind::QpCreate,
+        EventKind::QpModify,
+        EventKind::QpDestroy,
+        EventKind::ProcessExec,
+        EventKind::ProcessExit,
+    ];
+
+    pub const fn from_raw(raw: u32) -> Option<EventKind> {
+        match raw {
+            1 => Some(EventKind::QpCreate),
+            2 => Some(EventKind::QpModify),
+            3 => Some(EventKind::QpDestroy),
+            4 => Some(EventKind::ProcessExec),
+            5 => Some(EventKind::ProcessExit),
+            _ => None,
+        }
+    }
+}
+
+/// First bytes of every record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventHeader {
+    /// An [`EventKind`] as `u32`: first, so a reader can switch before knowing the layout.
+    pub kind: u32,
+    /// CPU the probe ran on (ordering across per-CPU paths, loss accounting).
+    pub cpu: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC nanoseconds; user space anchors it to wall time.
+    pub ts_ns: u64,
+    /// Thread-group id (what user space calls the PID).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// `comm` of the current task, NUL padded.
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 40);
+
+/// Which queue pair an event is about. A QPN is only unique per device, hence both.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpIdent {
+    /// `ib_device.name`, NUL padded.
+    pub dev: [u8; DEV_NAME_LEN],
+    /// `ib_qp.qp_num` (24 bits on the wire).
+    pub qpn: u32,
+    /// `enum ib_qp_type` (RC = 2, UC = 3, UD = 4, ...).
+    pub qp_type: u32,
+}
+const _: () = assert!(core::mem::size_of::<QpIdent>() == 72);
+
+/// `ib_create_qp_user()` returned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCreateEvent {
+    pub header: EventHeader,
+    /// `qpn` is 0 when the call failed.
+    pub qp: QpIdent,
+    /// 0, or the negative errno of the failure.
+    pub ret: i32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<QpCreateEvent>() == 120);
+
+/// `ib_modify_qp_with_udata()` returned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpModifyEvent {
+    pub header: EventHeader,
+    pub qp: QpIdent,
+    /// 0, or the negative errno of the failure.
+    pub ret: i32,
+    /// `enum ib_qp_attr_mask` bits the caller set; fields below are meaningful only when their
+    /// bit is set (see [`attr_mask`]).
+    pub attr_mask: u32,
+    /// `attr->cur_qp_state` when `IB_QP_CUR_STATE` is set, else [`STATE_UNKNOWN`].
+    pub cur_state: u32,
+    /// `attr->qp_state` when `IB_QP_STATE` is set, else [`STATE_UNKNOWN`].
+    pub new_state: u32,
+    /// `enum ib_mtu` (1 = 256 ... 5 = 4096).
+    pub path_mtu: u32,
+    pub dest_qpn: u32,
+    pub sq_psn: u32,
+    pub rq_psn: u32,
+    /// Local ACK timeout exponent (4.096 us * 2^timeout).
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub _pad0: u8,
+    pub _pad1: u32,
+    /// `attr->ah_attr.grh.dgid` when `IB_QP_AV` is set.
+    pub dgid: [u8; GID_LEN],
+}
+const _: () = assert!(core::mem::size_of::<QpModifyEvent>() == 168);
+
+/// `ib_destroy_qp_user()` returned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpDestroyEvent {
+    pub header: EventHeader,
+    pub qp: QpIdent,
+    pub ret: i32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<QpDestroyEvent>() == 120);
+
+/// A process started a new program (`sched_process_exec`) or a thread group ended
+/// (`sched_process_exit` of its leader). Lets user space name short-lived processes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessEvent {
+    pub header: EventHeader,
+    /// Parent's thread-group id, when BTF let us read it (0 otherwise).
+    pub ppid: u32,
+    /// `task->exit_code` for exits (wait(2) status encoding), 0 for exec.
+    pub exit_code: i32,
+}
+const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
+
+/// Value of a state field that the caller did not set.
+pub const STATE_UNKNOWN: u32 = u32::MAX;
+
+/// `enum ib_qp_attr_mask` bits (uverbs ABI, stable across kernels).
+pub mod attr_mask {
+    pub const STATE: u32 = 1 << 0;
+    pub const CUR_STATE: u32 = 1 << 1;
+    pub const EN_SQD_ASYNC_NOTIFY: u32 = 1 << 2;
+    pub const ACCESS_FLAGS: u32 = 1 << 3;
+    pub const PKEY_INDEX: u32 = 1 << 4;
+    pub const PORT: u32 = 1 << 5;
+    pub const QKEY: u32 = 1 << 6;
+    pub const AV: u32 = 1 << 7;
+    pub const PATH_MTU: u32 = 1 << 8;
+    pub const TIMEOUT: u32 = 1 << 9;
+    pub const RETRY_CNT: u32 = 1 << 10;
+    pub const RNR_RETRY: u32 = 1 << 11;
+    pub const RQ_PSN: u32 = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+    pub const ALT_PATH: u32 = 1 << 14;
+    pub const MIN_RNR_TIMER: u32 = 1 << 15;
+    pub const SQ_PSN: u32 = 1 << 16;
+    pub const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+    pub const PATH_MIG_STATE: u32 = 1 << 18;
+    pub const CAP: u32 = 1 << 19;
+    pub const DEST_QPN: u32 = 1 << 20;
+    pub const RATE_LIMIT: u32 = 1 << 25;
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all of these are #[repr(C)], made only of integers and integer arrays, with every
+    // padding byte spelled out as a field, so any bit pattern is a valid value.
+    unsafe impl aya::Pod for EventHeader {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for QpCreateEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for QpModifyEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for QpDestroyEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ProcessEvent {}
+}

@@ -1,0 +1,15 @@
+//! Sizes shared by both sides.
+
+/// `TASK_COMM_LEN` in the kernel.
+pub const COMM_LEN: usize = 16;
+/// `IB_DEVICE_NAME_MAX` in `include/rdma/ib_verbs.h`.
+pub const DEV_NAME_LEN: usize = 64;
+/// Raw GID (`union ib_gid`) size.
+pub const GID_LEN: usize = 16;
+/// Default size of the event ring buffer (bytes, power of two, multiple of the page size).
+pub const RINGBUF_BYTES: u32 = 1 << 22;
+/// How many in-flight probed calls (entry seen, return not yet) are tracked at once.
+pub const MAX_INFLIGHT: u32 = 4096;
+/// Marks an offset or argument index that BTF could not resolve on this kernel: the program skips
+/// the read and the field stays at its "unknown" value.
+pub const UNRESOLVED: u32 = u32::MAX;

@@ -1,0 +1,37 @@
+//! Maps shared by every probe area. User space finds them by these names.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+};
+use rdmatrace_common::{
+    config::ProbeConfig,
+    event::{QpDestroyEvent, QpModifyEvent},
+    limits::{MAX_INFLIGHT, RINGBUF_BYTES},
+};
+
+/// Every event goes here. User space may resize it before load (`--ringbuf-size`).
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(RINGBUF_BYTES, 0);
+
+/// Events that found [`EVENTS`] full, per CPU. Read and reported by user space; never silent.
+#[map]
+pub static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Filter and BTF-resolved offsets; written once by user space before attaching.
+#[map]
+pub static CONFIG: Array<ProbeConfig> = Array::with_max_entries(1, 0);
+
+/// `ib_create_qp_user` entry arguments (device, init_attr) by pid_tgid, until it returns.
+#[map]
+pub static PENDING_CREATE: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// `ib_modify_qp_with_udata` event under construction by pid_tgid, completed at return.
+#[map]
+pub static PENDING_MODIFY: HashMap<u64, QpModifyEvent> =
+    HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// `ib_destroy_qp_user` event under construction (read before the QP is freed), by pid_tgid.
+#[map]
+pub static PENDING_DESTROY: HashMap<u64, QpDestroyEvent> =
+    HashMap::with_max_entries(MAX_INFLIGHT, 0);

@@ -1,0 +1,3 @@
+//! One file per probe area; user space attaches them from `rdmatrace/src/collect/<area>.rs`.
+pub mod qp;
+pub mod sched;

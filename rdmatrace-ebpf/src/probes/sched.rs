@@ -1,0 +1,63 @@
+//! Process lifecycle (BTF tracepoints: no tracefs needed), so that pid -> comm is known even for
+//! short-lived processes and a traced process's death is seen.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
+use rdmatrace_common::{
+    config::ProbeConfig,
+    event::{EventKind, ProcessEvent},
+};
+
+use crate::{
+    emit::{config, header, output, wanted},
+    read,
+};
+
+#[inline(always)]
+fn process_event(cfg: &ProbeConfig, kind: EventKind) -> ProcessEvent {
+    // SAFETY: all-zero is a valid value of this integer-only struct.
+    let mut ev: ProcessEvent = unsafe { core::mem::zeroed() };
+    header(&mut ev.header, kind as u32);
+    // SAFETY: helper without preconditions; the result is only used through checked reads.
+    let task = unsafe { bpf_get_current_task() };
+    let parent = read::field::<u64>(task, cfg.task_real_parent).unwrap_or(0);
+    ev.ppid = read::field::<u32>(parent, cfg.task_tgid).unwrap_or(0);
+    ev
+}
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn process_exec(_ctx: BtfTracePointContext) -> u32 {
+    try_process_exec().unwrap_or(0)
+}
+
+fn try_process_exec() -> Option<u32> {
+    let cfg = config()?;
+    if !wanted(cfg) {
+        return None;
+    }
+    output(&process_event(cfg, EventKind::ProcessExec));
+    Some(0)
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn process_exit(_ctx: BtfTracePointContext) -> u32 {
+    try_process_exit().unwrap_or(0)
+}
+
+fn try_process_exit() -> Option<u32> {
+    let cfg = config()?;
+    let id = bpf_get_current_pid_tgid();
+    // Only the thread-group leader's exit ends the process.
+    if (id >> 32) as u32 != id as u32 || !wanted(cfg) {
+        return None;
+    }
+    let mut ev = process_event(cfg, EventKind::ProcessExit);
+    // SAFETY: helper without preconditions; used only through checked reads.
+    let task = unsafe { bpf_get_current_task() };
+    ev.exit_code = read::field::<i32>(task, cfg.task_exit_code).unwrap_or(0);
+    output(&ev);
+    Some(0)
+}

@@ -1,0 +1,91 @@
+//! Command line (clap). Arguments are turned into plain config structs here, at the edge.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    config::{Format, TraceConfig},
+    correlate::filter::Filter,
+};
+
+#[derive(Parser, Debug)]
+#[command(name = "rdmatrace", version, about = "eBPF tracing and fault localization for RDMA")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print RDMA control-path events live, one line each (bcc style) or as JSON Lines.
+    Trace(TraceArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// JSON Lines output: {"type": T, "data": {...}} per event (schema: docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Only events of this process (thread-group id); filtered in the kernel.
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+    /// Only events of processes with this comm.
+    #[arg(long)]
+    pub comm: Option<String>,
+    /// Only QP events on this RDMA device (e.g. rxe0, mlx5_0).
+    #[arg(long)]
+    pub dev: Option<String>,
+    /// Only events of this QPN (decimal or 0x hex); combine with --dev, QPNs are per device.
+    #[arg(long, value_parser = parse_u32)]
+    pub qpn: Option<u32>,
+    /// Stop after this many seconds.
+    #[arg(long, short = 'd')]
+    pub duration: Option<f64>,
+    /// Ring buffer size in bytes (power of two, at least 4096).
+    #[arg(long, default_value_t = rdmatrace_common::limits::RINGBUF_BYTES, value_parser = parse_ringbuf)]
+    pub ringbuf_size: u32,
+    /// Where the kernel's BTF lives.
+    #[arg(long, default_value = "/sys/kernel/btf", hide = true)]
+    pub btf_dir: PathBuf,
+}
+
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s:?} is not a number: {e}"))
+}
+
+fn parse_ringbuf(s: &str) -> Result<u32, String> {
+    let n = parse_u32(s)?;
+    if n < 4096 || !n.is_power_of_two() {
+        return Err(format!("{n} is not a power of two of at least 4096"));
+    }
+    Ok(n)
+}
+
+impl TraceArgs {
+    pub fn to_config(&self) -> Result<TraceConfig, String> {
+        let duration = match self.duration {
+            Some(d) if !(d > 0.0 && d.is_finite()) => {
+                return Err(format!("--duration must be a positive number of seconds, not {d}"))
+            }
+            Some(d) => Some(Duration::from_secs_f64(d)),
+            None => None,
+        };
+        Ok(TraceConfig {
+            filter: Filter {
+                pid: self.pid,
+                comm: self.comm.clone(),
+                dev: self.dev.clone(),
+                qpn: self.qpn,
+            },
+            format: if self.json { Format::Jsonl } else { Format::Text },
+            duration,
+            ringbuf_bytes: self.ringbuf_size,
+            btf_dir: self.btf_dir.clone(),
+        })
+    }
+}

@@ -1,0 +1,42 @@
+//! One file per probe area, mirroring `rdmatrace-ebpf/src/probes/<area>.rs`: which kernel points
+//! the area's programs attach to, and which offsets it needs from BTF.
+
+use rdmatrace_common::config::ProbeConfig;
+
+use crate::loader::btf::{BtfError, KernelBtf};
+
+pub mod qp;
+pub mod sched;
+
+/// How a program attaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    Kprobe,
+    Kretprobe,
+    /// BTF-enabled raw tracepoint (`tp_btf/<name>`).
+    BtfTracepoint,
+}
+
+/// One program and where it goes.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeSpec {
+    /// Program (function) name in the eBPF object.
+    pub program: &'static str,
+    pub hook: Hook,
+    /// Kernel function or tracepoint.
+    pub target: &'static str,
+}
+
+/// A group of programs that stand or fall together on one set of BTF offsets.
+pub struct Area {
+    pub name: &'static str,
+    /// Whether this area is about RDMA (decides the "no RDMA probe point here" message).
+    pub rdma: bool,
+    pub probes: &'static [ProbeSpec],
+    /// Fills this area's fields of the config; an error turns the whole area off, with its reason.
+    /// Returned strings are notes about optional fields that were left unresolved.
+    pub resolve: fn(&mut KernelBtf, &mut ProbeConfig) -> Result<Vec<String>, BtfError>,
+}
+
+/// Every area the tool knows, in attach order.
+pub const AREAS: &[Area] = &[qp::AREA, sched::AREA];

@@ -1,0 +1,67 @@
+//! QP lifecycle through ib_core (see `rdmatrace-ebpf/src/probes/qp.rs`).
+
+use rdmatrace_common::{config::ProbeConfig, limits::UNRESOLVED};
+
+use super::{Area, Hook, ProbeSpec};
+use crate::loader::btf::{is_array, offset_of, param_index, BtfError, KernelBtf};
+
+const CREATE: &str = "ib_create_qp_user";
+const MODIFY: &str = "ib_modify_qp_with_udata";
+const DESTROY: &str = "ib_destroy_qp_user";
+
+pub const AREA: Area = Area {
+    name: "qp",
+    rdma: true,
+    probes: &[
+        ProbeSpec { program: "qp_create_enter", hook: Hook::Kprobe, target: CREATE },
+        ProbeSpec { program: "qp_create_exit", hook: Hook::Kretprobe, target: CREATE },
+        ProbeSpec { program: "qp_modify_enter", hook: Hook::Kprobe, target: MODIFY },
+        ProbeSpec { program: "qp_modify_exit", hook: Hook::Kretprobe, target: MODIFY },
+        ProbeSpec { program: "qp_destroy_enter", hook: Hook::Kprobe, target: DESTROY },
+        ProbeSpec { program: "qp_destroy_exit", hook: Hook::Kretprobe, target: DESTROY },
+    ],
+    resolve,
+};
+
+fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, BtfError> {
+    let btf = kbtf.scope("ib_core", "ib_qp")?;
+    // Required: without these an event cannot say which QP it is about.
+    cfg.qp_device = offset_of(btf, "ib_qp", "device")?;
+    cfg.qp_qp_num = offset_of(btf, "ib_qp", "qp_num")?;
+    cfg.qp_qp_type = offset_of(btf, "ib_qp", "qp_type")?;
+    if !is_array(btf, "ib_device", "name")? {
+        return Err(BtfError::NoMember {
+            ty: "ib_device".into(),
+            member: "name (as an inline char array)".into(),
+        });
+    }
+    cfg.device_name = offset_of(btf, "ib_device", "name")?;
+    cfg.modify_arg_qp = param_index(btf, MODIFY, &["ib_qp", "qp"])?;
+    cfg.modify_arg_attr = param_index(btf, MODIFY, &["attr"])?;
+    cfg.modify_arg_mask = param_index(btf, MODIFY, &["attr_mask"])?;
+    cfg.destroy_arg_qp = param_index(btf, DESTROY, &["qp"])?;
+    cfg.create_arg_dev = param_index(btf, CREATE, &["dev", "device"])?;
+
+    // Optional: a missing one leaves that detail out of the events.
+    let mut notes = Vec::new();
+    let mut opt = |what: &str, r: Result<u32, BtfError>| match r {
+        Ok(v) => v,
+        Err(e) => {
+            notes.push(format!("{what}: {e}"));
+            UNRESOLVED
+        }
+    };
+    cfg.create_arg_attr = opt("create qp_type on failure", param_index(btf, CREATE, &["attr", "qp_init_attr"]));
+    cfg.init_attr_qp_type = opt("create qp_type on failure", offset_of(btf, "ib_qp_init_attr", "qp_type"));
+    cfg.attr_qp_state = opt("modify new state", offset_of(btf, "ib_qp_attr", "qp_state"));
+    cfg.attr_cur_qp_state = opt("modify current state", offset_of(btf, "ib_qp_attr", "cur_qp_state"));
+    cfg.attr_path_mtu = opt("modify path MTU", offset_of(btf, "ib_qp_attr", "path_mtu"));
+    cfg.attr_dest_qp_num = opt("modify dest QPN", offset_of(btf, "ib_qp_attr", "dest_qp_num"));
+    cfg.attr_sq_psn = opt("modify SQ PSN", offset_of(btf, "ib_qp_attr", "sq_psn"));
+    cfg.attr_rq_psn = opt("modify RQ PSN", offset_of(btf, "ib_qp_attr", "rq_psn"));
+    cfg.attr_timeout = opt("modify timeout", offset_of(btf, "ib_qp_attr", "timeout"));
+    cfg.attr_retry_cnt = opt("modify retry_cnt", offset_of(btf, "ib_qp_attr", "retry_cnt"));
+    cfg.attr_rnr_retry = opt("modify rnr_retry", offset_of(btf, "ib_qp_attr", "rnr_retry"));
+    cfg.attr_dgid = opt("modify dest GID", offset_of(btf, "ib_qp_attr", "ah_attr.grh.dgid"));
+    Ok(notes)
+}

@@ -1,0 +1,32 @@
+//! Process lifecycle (see `rdmatrace-ebpf/src/probes/sched.rs`).
+
+use rdmatrace_common::{config::ProbeConfig, limits::UNRESOLVED};
+
+use super::{Area, Hook, ProbeSpec};
+use crate::loader::btf::{offset_of, BtfError, KernelBtf};
+
+pub const AREA: Area = Area {
+    name: "process",
+    rdma: false,
+    probes: &[
+        ProbeSpec { program: "process_exec", hook: Hook::BtfTracepoint, target: "sched_process_exec" },
+        ProbeSpec { program: "process_exit", hook: Hook::BtfTracepoint, target: "sched_process_exit" },
+    ],
+    resolve,
+};
+
+fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, BtfError> {
+    let btf = kbtf.vmlinux();
+    let mut notes = Vec::new();
+    let mut opt = |what: &str, r: Result<u32, BtfError>| match r {
+        Ok(v) => v,
+        Err(e) => {
+            notes.push(format!("{what}: {e}"));
+            UNRESOLVED
+        }
+    };
+    cfg.task_real_parent = opt("parent pid", offset_of(btf, "task_struct", "real_parent"));
+    cfg.task_tgid = opt("parent pid", offset_of(btf, "task_struct", "tgid"));
+    cfg.task_exit_code = opt("exit code", offset_of(btf, "task_struct", "exit_code"));
+    Ok(notes)
+}

@@ -1,0 +1,2 @@
+//! One file per subcommand: each wires loader, source, pipeline and sinks for its job.
+pub mod trace;

@@ -1,0 +1,20 @@
+//! Plain config structs: what the CLI (cli.rs) turns its arguments into. The core never sees clap.
+
+use std::{path::PathBuf, time::Duration};
+
+use crate::correlate::filter::Filter;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Jsonl,
+}
+
+#[derive(Clone, Debug)]
+pub struct TraceConfig {
+    pub filter: Filter,
+    pub format: Format,
+    pub duration: Option<Duration>,
+    pub ringbuf_bytes: u32,
+    pub btf_dir: PathBuf,
+}

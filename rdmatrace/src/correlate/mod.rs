@@ -1,0 +1,86 @@
+//! The correlator: pure state over the event stream (no I/O, no clock). It tracks each QP's
+//! state and owner by (device, QPN) and each process's name, and annotates events with what the
+//! kernel record alone cannot say (e.g. the state a QP is leaving).
+
+pub mod filter;
+
+use std::collections::HashMap;
+
+use crate::event::{Body, QpKey, QpState, Record};
+
+/// What the correlator knows about a live QP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpTrack {
+    pub state: Option<QpState>,
+    pub owner_pid: u32,
+    pub owner_comm: String,
+    pub qp_type: u32,
+    /// Monotonic ns of the last state change.
+    pub since_ns: u64,
+}
+
+#[derive(Default)]
+pub struct Correlator {
+    qps: HashMap<QpKey, QpTrack>,
+    comms: HashMap<u32, String>,
+}
+
+impl Correlator {
+    pub fn new() -> Correlator {
+        Correlator::default()
+    }
+
+    /// Updates state from `rec` and fills in what it can (the current state of a modify whose
+    /// caller did not pass `IB_QP_CUR_STATE`).
+    pub fn observe(&mut self, rec: &mut Record) {
+        if !rec.comm.is_empty() && rec.pid != 0 {
+            self.comms.insert(rec.pid, rec.comm.clone());
+        }
+        match &mut rec.body {
+            Body::QpCreate { qp, ret } if *ret == 0 => {
+                self.qps.insert(
+                    qp.key.clone(),
+                    QpTrack {
+                        state: Some(QpState::Reset),
+                        owner_pid: rec.pid,
+                        owner_comm: rec.comm.clone(),
+                        qp_type: qp.qp_type,
+                        since_ns: rec.ts_ns,
+                    },
+                );
+            }
+            Body::QpModify { qp, attrs, ret } => {
+                let track = self.qps.get_mut(&qp.key);
+                if attrs.cur_state.is_none() {
+                    attrs.cur_state = track.as_ref().and_then(|t| t.state);
+                }
+                if *ret == 0 {
+                    if let (Some(track), Some(new)) = (track, attrs.new_state) {
+                        if track.state != Some(new) {
+                            track.state = Some(new);
+                            track.since_ns = rec.ts_ns;
+                        }
+                    }
+                }
+            }
+            Body::QpDestroy { qp, ret } if *ret == 0 => {
+                self.qps.remove(&qp.key);
+            }
+            Body::ProcessExit { .. } => {
+                self.comms.remove(&rec.pid);
+            }
+            _ => {}
+        }
+    }
+
+    pub fn qp(&self, key: &QpKey) -> Option<&QpTrack> {
+        self.qps.get(key)
+    }
+
+    pub fn comm(&self, pid: u32) -> Option<&str> {
+        self.comms.get(&pid).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests;

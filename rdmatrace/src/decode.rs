@@ -1,0 +1,112 @@
+//! Raw ring-buffer records -> [`Record`]s. Pure: no I/O, no clock (the wall-clock offset is data).
+
+use std::mem::size_of;
+
+use rdmatrace_common::event::{
+    attr_mask as mask, EventHeader, EventKind, ProcessEvent, QpCreateEvent, QpDestroyEvent,
+    QpIdent, QpModifyEvent, STATE_UNKNOWN,
+};
+
+use crate::{
+    clock::ClockAnchor,
+    event::{Body, ModifyAttrs, QpInfo, QpKey, QpState, Record},
+};
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("record of {len} bytes is shorter than an event header ({need} bytes)")]
+    ShortHeader { len: usize, need: usize },
+    #[error("unknown event kind {kind}")]
+    UnknownKind { kind: u32 },
+    #[error("{kind:?} record has {len} bytes, expected at least {need}")]
+    Short { kind: EventKind, len: usize, need: usize },
+}
+
+/// Copies a `T` out of the front of `bytes` (which need not be aligned).
+fn read<T: aya::Pod>(bytes: &[u8], kind: EventKind) -> Result<T, DecodeError> {
+    if bytes.len() < size_of::<T>() {
+        return Err(DecodeError::Short { kind, len: bytes.len(), need: size_of::<T>() });
+    }
+    // SAFETY: the length is checked above and T is Pod (any bit pattern valid);
+    // read_unaligned copes with the buffer's alignment.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// A NUL-padded C string as UTF-8 (lossy).
+pub fn c_str(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+fn qp_info(id: &QpIdent) -> QpInfo {
+    QpInfo {
+        key: QpKey { dev: c_str(&id.dev), qpn: id.qpn },
+        qp_type: id.qp_type,
+    }
+}
+
+fn state(raw: u32) -> Option<QpState> {
+    if raw == STATE_UNKNOWN {
+        None
+    } else {
+        QpState::from_raw(raw)
+    }
+}
+
+fn modify_attrs(ev: &QpModifyEvent) -> ModifyAttrs {
+    let m = ev.attr_mask;
+    let when = |bit: u32| m & bit != 0;
+    ModifyAttrs {
+        attr_mask: m,
+        cur_state: if when(mask::CUR_STATE) { state(ev.cur_state) } else { None },
+        new_state: if when(mask::STATE) { state(ev.new_state) } else { None },
+        path_mtu: when(mask::PATH_MTU).then_some(ev.path_mtu),
+        dest_qpn: when(mask::DEST_QPN).then_some(ev.dest_qpn),
+        sq_psn: when(mask::SQ_PSN).then_some(ev.sq_psn),
+        rq_psn: when(mask::RQ_PSN).then_some(ev.rq_psn),
+        timeout: when(mask::TIMEOUT).then_some(ev.timeout),
+        retry_cnt: when(mask::RETRY_CNT).then_some(ev.retry_cnt),
+        rnr_retry: when(mask::RNR_RETRY).then_some(ev.rnr_retry),
+        dgid: when(mask::AV).then_some(ev.dgid),
+    }
+}
+
+/// Decodes one ring-buffer record.
+pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError> {
+    if bytes.len() < size_of::<EventHeader>() {
+        return Err(DecodeError::ShortHeader { len: bytes.len(), need: size_of::<EventHeader>() });
+    }
+    let raw_kind = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    let kind = EventKind::from_raw(raw_kind).ok_or(DecodeError::UnknownKind { kind: raw_kind })?;
+    let (header, body) = match kind {
+        EventKind::QpCreate => {
+            let ev: QpCreateEvent = read(bytes, kind)?;
+            (ev.header, Body::QpCreate { qp: qp_info(&ev.qp), ret: ev.ret })
+        }
+        EventKind::QpModify => {
+            let ev: QpModifyEvent = read(bytes, kind)?;
+            (ev.header, Body::QpModify { qp: qp_info(&ev.qp), attrs: modify_attrs(&ev), ret: ev.ret })
+        }
+        EventKind::QpDestroy => {
+            let ev: QpDestroyEvent = read(bytes, kind)?;
+            (ev.header, Body::QpDestroy { qp: qp_info(&ev.qp), ret: ev.ret })
+        }
+        EventKind::ProcessExec => {
+            let ev: ProcessEvent = read(bytes, kind)?;
+            (ev.header, Body::ProcessExec { ppid: ev.ppid })
+        }
+        EventKind::ProcessExit => {
+            let ev: ProcessEvent = read(bytes, kind)?;
+            (ev.header, Body::ProcessExit { ppid: ev.ppid, exit_code: ev.exit_code })
+        }
+    };
+    Ok(Record {
+        ts_ns: header.ts_ns,
+        wall_ns: anchor.wall_ns(header.ts_ns),
+        cpu: header.cpu,
+        pid: header.pid,
+        tid: header.tid,
+        comm: c_str(&header.comm),
+        body,
+    })
+}

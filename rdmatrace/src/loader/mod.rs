@@ -1,0 +1,234 @@
+//! Loading the kernel programs: resolve offsets from BTF, write the config map, attach every
+//! probe that this kernel allows, and report the ones that stay off with the reason.
+
+pub mod btf;
+
+use std::path::PathBuf;
+
+use aya::{
+    maps::Array,
+    programs::{BtfTracePoint, KProbe, ProgramError},
+    Btf, Ebpf, EbpfLoader,
+};
+use rdmatrace_common::config::ProbeConfig;
+
+use crate::collect::{Area, Hook, ProbeSpec, AREAS};
+
+/// The compiled kernel programs, embedded at build time.
+static PROBES_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rdmatrace-probes"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(
+        "loading eBPF needs root (or CAP_BPF + CAP_PERFMON): {source}; run rdmatrace as root, \
+         or replay a recording with `--input`, which needs no privileges"
+    )]
+    Permission {
+        #[source]
+        source: aya::EbpfError,
+    },
+    #[error("cannot load the eBPF object: {0}")]
+    Object(#[source] aya::EbpfError),
+    #[error("cannot read this kernel's BTF from {dir}: {source}")]
+    Btf {
+        dir: PathBuf,
+        #[source]
+        source: btf::BtfError,
+    },
+    #[error("cannot read the kernel BTF for tracepoints: {0}")]
+    AyaBtf(#[source] aya::BtfError),
+    #[error("the eBPF object has no map `{0}`")]
+    MissingMap(&'static str),
+    #[error("cannot write the config map: {0}")]
+    Config(#[source] aya::maps::MapError),
+    #[error("no probe could attach on this kernel:\n{0}")]
+    NothingAttached(String),
+}
+
+/// Settings for one load.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Normally `/sys/kernel/btf`.
+    pub btf_dir: PathBuf,
+    /// Kernel-side pid filter (0: all).
+    pub filter_pid: u32,
+    /// Ring buffer size in bytes (power of two, >= page size).
+    pub ringbuf_bytes: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            btf_dir: PathBuf::from("/sys/kernel/btf"),
+            filter_pid: 0,
+            ringbuf_bytes: rdmatrace_common::limits::RINGBUF_BYTES,
+        }
+    }
+}
+
+/// Whether one probe is running.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeState {
+    Attached,
+    Off(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct ProbeStatus {
+    pub area: &'static str,
+    pub rdma: bool,
+    pub spec: ProbeSpec,
+    pub state: ProbeState,
+}
+
+/// What attached and what did not, and why.
+#[derive(Clone, Debug, Default)]
+pub struct AttachReport {
+    pub probes: Vec<ProbeStatus>,
+    /// Details left out because an optional BTF member is missing.
+    pub notes: Vec<String>,
+}
+
+impl AttachReport {
+    pub fn attached(&self) -> impl Iterator<Item = &ProbeStatus> {
+        self.probes.iter().filter(|p| p.state == ProbeState::Attached)
+    }
+
+    pub fn any_rdma(&self) -> bool {
+        self.attached().any(|p| p.rdma)
+    }
+
+    /// One line per area that is (partly) off: `area: reason (probes)`.
+    pub fn off_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = Vec::new();
+        for p in &self.probes {
+            if let ProbeState::Off(why) = &p.state {
+                let line = format!("{} probes off: {why}", p.area);
+                if !lines.contains(&line) {
+                    lines.push(line);
+                }
+            }
+        }
+        lines
+    }
+}
+
+/// Loaded programs; dropping it detaches everything.
+pub struct Tracer {
+    pub ebpf: Ebpf,
+    pub report: AttachReport,
+}
+
+/// True when the kernel can create kprobe perf events at all.
+fn kprobes_supported() -> bool {
+    std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
+}
+
+fn is_permission(e: &aya::EbpfError) -> bool {
+    let text = format!("{e:?}");
+    text.contains("PermissionDenied") || text.contains("EPERM") || text.contains("Operation not permitted")
+}
+
+fn program_error(e: ProgramError) -> String {
+    match e {
+        ProgramError::LoadError { io_error, verifier_log } => {
+            format!("verifier rejected it ({io_error}):\n{verifier_log}")
+        }
+        other => {
+            let mut s = other.to_string();
+            let mut src = std::error::Error::source(&other);
+            while let Some(e) = src {
+                s += &format!(": {e}");
+                src = e.source();
+            }
+            s
+        }
+    }
+}
+
+fn attach_one(ebpf: &mut Ebpf, spec: &ProbeSpec, aya_btf: Option<&Btf>) -> Result<(), String> {
+    let prog = ebpf
+        .program_mut(spec.program)
+        .ok_or_else(|| format!("program {} missing from the eBPF object", spec.program))?;
+    match spec.hook {
+        Hook::Kprobe | Hook::Kretprobe => {
+            if !kprobes_supported() {
+                return Err("this kernel has no kprobe support".into());
+            }
+            let p: &mut KProbe = prog.try_into().map_err(program_error)?;
+            p.load().map_err(program_error)?;
+            p.attach(spec.target, 0)
+                .map_err(|e| format!("cannot attach to {}: {}", spec.target, program_error(e)))?;
+        }
+        Hook::BtfTracepoint => {
+            let btf = aya_btf.ok_or("kernel BTF unavailable")?;
+            let p: &mut BtfTracePoint = prog.try_into().map_err(program_error)?;
+            p.load(spec.target, btf).map_err(program_error)?;
+            p.attach()
+                .map_err(|e| format!("cannot attach to tp_btf/{}: {}", spec.target, program_error(e)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Loads the object, resolves every area's offsets, attaches what this kernel allows.
+pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
+    let mut kbtf = btf::KernelBtf::open(&opts.btf_dir).map_err(|source| LoadError::Btf {
+        dir: opts.btf_dir.clone(),
+        source,
+    })?;
+    let mut cfg = ProbeConfig::unresolved();
+    cfg.filter_pid = opts.filter_pid;
+    let mut report = AttachReport::default();
+    let mut usable: Vec<&Area> = Vec::new();
+    for area in areas {
+        match (area.resolve)(&mut kbtf, &mut cfg) {
+            Ok(notes) => {
+                report.notes.extend(notes.into_iter().map(|n| format!("{}: {n}", area.name)));
+                usable.push(area);
+            }
+            Err(e) => report.probes.extend(area.probes.iter().map(|spec| ProbeStatus {
+                area: area.name,
+                rdma: area.rdma,
+                spec: *spec,
+                state: ProbeState::Off(e.to_string()),
+            })),
+        }
+    }
+
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries("EVENTS", opts.ringbuf_bytes)
+        .load(PROBES_OBJ)
+        .map_err(|e| {
+            if is_permission(&e) {
+                LoadError::Permission { source: e }
+            } else {
+                LoadError::Object(e)
+            }
+        })?;
+    {
+        let map = ebpf.map_mut("CONFIG").ok_or(LoadError::MissingMap("CONFIG"))?;
+        let mut config: Array<_, ProbeConfig> = Array::try_from(map).map_err(LoadError::Config)?;
+        config.set(0, cfg, 0).map_err(LoadError::Config)?;
+    }
+
+    let aya_btf = Btf::from_sys_fs().ok();
+    for area in usable {
+        for spec in area.probes {
+            let state = match attach_one(&mut ebpf, spec, aya_btf.as_ref()) {
+                Ok(()) => ProbeState::Attached,
+                Err(why) => ProbeState::Off(why),
+            };
+            report.probes.push(ProbeStatus { area: area.name, rdma: area.rdma, spec: *spec, state });
+        }
+    }
+    if report.attached().next().is_none() {
+        return Err(LoadError::NothingAttached(report.off_lines().join("\n")));
+    }
+    Ok(Tracer { ebpf, report })
+}
+
+/// Every area the tool knows.
+pub fn all_areas() -> &'static [Area] {
+    AREAS
+}

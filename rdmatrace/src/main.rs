@@ -1,0 +1,33 @@
+use std::{io::ErrorKind, process::ExitCode};
+
+use anyhow::anyhow;
+use clap::Parser as _;
+use rdmatrace::{
+    cli::{Cli, Command},
+    commands,
+};
+
+fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Trace(args) => commands::trace::run(&args.to_config().map_err(|e| anyhow!(e))?),
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            // A closed pipe (`rdmatrace trace | head`) is a normal way to stop.
+            let broken_pipe = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
+            });
+            if broken_pipe {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("rdmatrace: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! JSON Lines: one `{"type": T, "data": {...}}` object per line. The schema is documented once,
+//! in `docs/json.md`; `to_json` is the only place that builds it.
+
+use std::io::{self, Write};
+
+use serde_json::{json, Map, Value};
+
+use crate::{
+    clock::rfc3339,
+    event::{qp_type_name, Body, Record},
+    sinks::{text::gid_text, Sink},
+};
+
+pub struct JsonlSink<W: Write> {
+    out: W,
+}
+
+impl<W: Write> JsonlSink<W> {
+    pub fn new(out: W) -> Self {
+        JsonlSink { out }
+    }
+}
+
+fn opt<T: Into<Value>>(m: &mut Map<String, Value>, key: &str, v: Option<T>) {
+    if let Some(v) = v {
+        m.insert(key.to_string(), v.into());
+    }
+}
+
+/// The `{"type", "data"}` envelope for one record.
+pub fn to_json(rec: &Record) -> Value {
+    let mut d = Map::new();
+    d.insert("ts_ns".into(), rec.ts_ns.into());
+    d.insert("time".into(), rfc3339(rec.wall_ns).into());
+    d.insert("pid".into(), rec.pid.into());
+    d.insert("tid".into(), rec.tid.into());
+    d.insert("comm".into(), rec.comm.clone().into());
+    if let Some(qp) = rec.body.qp() {
+        d.insert("dev".into(), qp.key.dev.clone().into());
+        d.insert("qpn".into(), qp.key.qpn.into());
+        d.insert("qp_type".into(), qp_type_name(qp.qp_type).into());
+    }
+    match &rec.body {
+        Body::QpCreate { ret, .. } | Body::QpDestroy { ret, .. } => {
+            d.insert("ret".into(), (*ret).into());
+        }
+        Body::QpModify { attrs: a, ret, .. } => {
+            d.insert("cur_state".into(), a.cur_state.map(|s| s.name()).into());
+            d.insert("new_state".into(), a.new_state.map(|s| s.name()).into());
+            d.insert("attr_mask".into(), a.attr_mask.into());
+            opt(&mut d, "dest_qpn", a.dest_qpn);
+            opt(&mut d, "path_mtu", a.path_mtu.map(crate::event::mtu_bytes));
+            opt(&mut d, "sq_psn", a.sq_psn);
+            opt(&mut d, "rq_psn", a.rq_psn);
+            opt(&mut d, "timeout", a.timeout);
+            opt(&mut d, "retry_cnt", a.retry_cnt);
+            opt(&mut d, "rnr_retry", a.rnr_retry);
+            opt(&mut d, "dgid", a.dgid.as_ref().map(gid_text));
+            d.insert("ret".into(), (*ret).into());
+        }
+        Body::ProcessExec { ppid } => {
+            d.insert("ppid".into(), (*ppid).into());
+        }
+        Body::ProcessExit { ppid, exit_code } => {
+            d.insert("ppid".into(), (*ppid).into());
+            d.insert("exit_code".into(), (*exit_code).into());
+        }
+        Body::Lost { count } => {
+            d.insert("count".into(), (*count).into());
+        }
+    }
+    json!({ "type": rec.body.type_name(), "data": Value::Object(d) })
+}
+
+impl<W: Write> Sink for JsonlSink<W> {
+    fn record(&mut self, rec: &Record) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, &to_json(rec))?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}

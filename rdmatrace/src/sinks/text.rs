@@ -1,0 +1,160 @@
+//! bcc-style live lines, under 100 columns:
+//! `TIME(UTC)       PID     COMM            DEV      QPN      EVENT    DETAILS`.
+
+use std::io::{self, Write};
+
+use crate::{
+    clock::hms_micros,
+    event::{mtu_bytes, qp_type_name, Body, ModifyAttrs, Record},
+    sinks::Sink,
+};
+
+/// Widest a line may get; details are cut (with `+`) beyond it.
+pub const MAX_COLUMNS: usize = 99;
+
+pub struct TextSink<W: Write> {
+    out: W,
+}
+
+impl<W: Write> TextSink<W> {
+    pub fn new(out: W) -> Self {
+        TextSink { out }
+    }
+}
+
+pub const HEADER: &str =
+    "TIME(UTC)       PID     COMM            DEV      QPN      EVENT    DETAILS";
+
+fn state_name(s: Option<crate::event::QpState>) -> &'static str {
+    s.map_or("?", |s| s.name())
+}
+
+/// IPv4-mapped GIDs (RoCEv2 over IPv4) as dotted quads, others as IPv6 text.
+pub fn gid_text(gid: &[u8; 16]) -> String {
+    let v6 = std::net::Ipv6Addr::from(*gid);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => v4.to_string(),
+        None => v6.to_string(),
+    }
+}
+
+fn modify_details(a: &ModifyAttrs, ret: i32) -> String {
+    let mut d = match a.new_state {
+        Some(new) => format!("{}->{}", state_name(a.cur_state), new),
+        None => format!("{} (no state change)", state_name(a.cur_state)),
+    };
+    if let Some(q) = a.dest_qpn {
+        d += &format!(" dqpn {q:#x}");
+    }
+    if let Some(m) = a.path_mtu {
+        d += &format!(" mtu {}", mtu_bytes(m));
+    }
+    if let Some(g) = a.dgid.as_ref().filter(|g| g.iter().any(|&b| b != 0)) {
+        d += &format!(" dgid {}", gid_text(g));
+    }
+    if let Some(t) = a.timeout {
+        d += &format!(" to {t}");
+    }
+    if let Some(r) = a.retry_cnt {
+        d += &format!(" retry {r}");
+    }
+    if let Some(r) = a.rnr_retry {
+        d += &format!(" rnr {r}");
+    }
+    if ret != 0 {
+        d = format!("FAILED {} {d}", errno_text(ret));
+    }
+    d
+}
+
+/// `-22` -> `-22 (EINVAL)`.
+pub fn errno_text(ret: i32) -> String {
+    let name = match -ret {
+        1 => "EPERM",
+        2 => "ENOENT",
+        5 => "EIO",
+        11 => "EAGAIN",
+        12 => "ENOMEM",
+        13 => "EACCES",
+        14 => "EFAULT",
+        16 => "EBUSY",
+        19 => "ENODEV",
+        22 => "EINVAL",
+        28 => "ENOSPC",
+        38 => "ENOSYS",
+        61 => "ENODATA",
+        95 => "EOPNOTSUPP",
+        110 => "ETIMEDOUT",
+        _ => return ret.to_string(),
+    };
+    format!("{ret} ({name})")
+}
+
+/// One output line (without newline) for `rec`.
+pub fn line(rec: &Record) -> String {
+    let (dev, qpn) = match rec.body.qp() {
+        Some(qp) => (qp.key.dev.as_str(), format!("{:#08x}", qp.key.qpn)),
+        None => ("-", "-".to_string()),
+    };
+    let (event, details) = match &rec.body {
+        Body::QpCreate { qp, ret } => (
+            "create",
+            match ret {
+                0 => qp_type_name(qp.qp_type),
+                r => format!("FAILED {} {}", errno_text(*r), qp_type_name(qp.qp_type)),
+            },
+        ),
+        Body::QpModify { attrs, ret, .. } => ("modify", modify_details(attrs, *ret)),
+        Body::QpDestroy { ret, .. } => (
+            "destroy",
+            if *ret == 0 { String::new() } else { format!("FAILED {}", errno_text(*ret)) },
+        ),
+        Body::ProcessExec { ppid } => ("exec", format!("ppid {ppid}")),
+        Body::ProcessExit { exit_code, .. } => ("exit", exit_text(*exit_code)),
+        Body::Lost { count } => ("LOST", format!("{count} events dropped (ring buffer full)")),
+    };
+    let mut l = format!(
+        "{:<15} {:<7} {:<15} {:<8} {:<8} {:<8} {}",
+        hms_micros(rec.wall_ns),
+        rec.pid,
+        rec.comm,
+        dev,
+        qpn,
+        event,
+        details
+    );
+    let l_trim = l.trim_end().len();
+    l.truncate(l_trim);
+    if l.chars().count() > MAX_COLUMNS {
+        let cut: String = l.chars().take(MAX_COLUMNS - 1).collect();
+        l = cut + "+";
+    }
+    l
+}
+
+/// wait(2) status as `code N` or `signal NAME`.
+pub fn exit_text(status: i32) -> String {
+    let sig = status & 0x7f;
+    if sig == 0 {
+        format!("code {}", (status >> 8) & 0xff)
+    } else {
+        let core = if status & 0x80 != 0 { " (core dumped)" } else { "" };
+        format!("signal {sig}{core}")
+    }
+}
+
+impl<W: Write> Sink for TextSink<W> {
+    fn start(&mut self) -> io::Result<()> {
+        writeln!(self.out, "{HEADER}")?;
+        self.out.flush()
+    }
+
+    fn record(&mut self, rec: &Record) -> io::Result<()> {
+        writeln!(self.out, "{}", line(rec))?;
+        self.out.flush()
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}

@@ -1,0 +1,84 @@
+//! Where raw events come from: the `EVENTS` ring buffer (polled through tokio) and the `LOST`
+//! per-CPU counter of events the kernel could not deliver.
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use tokio::io::unix::AsyncFd;
+
+use crate::loader::Tracer;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("the eBPF object has no map `{0}`")]
+    MissingMap(&'static str),
+    #[error("map `{name}`: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("cannot poll the ring buffer: {0}")]
+    Poll(#[source] std::io::Error),
+}
+
+pub struct RingSource {
+    ring: AsyncFd<RingBuf<MapData>>,
+    lost: PerCpuArray<MapData, u64>,
+    lost_reported: u64,
+}
+
+impl RingSource {
+    /// Takes the maps out of the loaded object. Must run inside a tokio runtime.
+    pub fn new(tracer: &mut Tracer) -> Result<RingSource, SourceError> {
+        let map = tracer.ebpf.take_map("EVENTS").ok_or(SourceError::MissingMap("EVENTS"))?;
+        let ring = RingBuf::try_from(map).map_err(|source| SourceError::Map { name: "EVENTS", source })?;
+        let map = tracer.ebpf.take_map("LOST").ok_or(SourceError::MissingMap("LOST"))?;
+        let lost = PerCpuArray::try_from(map).map_err(|source| SourceError::Map { name: "LOST", source })?;
+        // SAFETY: the ring buffer's fd is owned by the `RingBuf` that the `AsyncFd` takes by
+        // value, so it stays open for as long as it is registered.
+        let ring = unsafe { AsyncFd::register(ring) }.map_err(|e| SourceError::Poll(e.into_parts().1))?;
+        Ok(RingSource {
+            ring,
+            lost,
+            lost_reported: 0,
+        })
+    }
+
+    /// Waits until the ring buffer has data. Readiness is cleared before returning, so the
+    /// caller must then [`drain_now`](Self::drain_now): data that arrives meanwhile is drained
+    /// too, and data after the drain wakes the next wait.
+    pub async fn wait_readable(&mut self) -> Result<(), SourceError> {
+        let mut guard = self.ring.readable_mut().await.map_err(SourceError::Poll)?;
+        guard.clear_ready();
+        Ok(())
+    }
+
+    /// Hands every record available right now to `f` (used at exit).
+    pub fn drain_now(&mut self, f: &mut impl FnMut(&[u8])) -> usize {
+        drain(self.ring.get_mut(), f)
+    }
+
+    /// Total events lost so far, summed over CPUs.
+    pub fn lost_total(&self) -> u64 {
+        self.lost
+            .get(&0, 0)
+            .map(|per_cpu| per_cpu.iter().sum())
+            .unwrap_or(self.lost_reported)
+    }
+
+    /// Events lost since the previous call (0 when none).
+    pub fn lost_since_last(&mut self) -> u64 {
+        let total = self.lost_total();
+        let new = total.saturating_sub(self.lost_reported);
+        self.lost_reported = total;
+        new
+    }
+}
+
+fn drain(ring: &mut RingBuf<MapData>, f: &mut impl FnMut(&[u8])) -> usize {
+    let mut n = 0;
+    while let Some(item) = ring.next() {
+        f(&item);
+        n += 1;
+    }
+    n
+}
