@@ -34,12 +34,12 @@ fn read_clock(id: libc::clockid_t) -> i128 {
     i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }
 
-/// `HH:MM:SS.uuuuuu` (UTC) of a wall-clock ns value, for the live text output.
-pub fn hms_micros(wall_ns: u64) -> String {
+/// `HH:MM:SS.mmm` (UTC) of a wall-clock ns value, for the live text output.
+pub fn hms_millis(wall_ns: u64) -> String {
     let secs = wall_ns / 1_000_000_000;
-    let micros = (wall_ns % 1_000_000_000) / 1_000;
+    let millis = (wall_ns % 1_000_000_000) / 1_000_000;
     let day = secs % 86_400;
-    format!("{:02}:{:02}:{:02}.{:06}", day / 3600, (day / 60) % 60, day % 60, micros)
+    format!("{:02}:{:02}:{:02}.{:03}", day / 3600, (day / 60) % 60, day % 60, millis)
 }
 
 /// RFC 3339 UTC with ns, for reports and JSON.

@@ -1,1 +1,77 @@
-fn main() {}
+//! Project automation: `cargo xtask <bootstrap|lab|test|demo>`.
+//!
+//! Everything a fresh machine needs is installed here, idempotently: a second run costs seconds
+//! and says what it skipped.
+
+mod bootstrap;
+mod cmd;
+mod demo;
+mod lab;
+mod test;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install the eBPF toolchain (nightly rust-src, bpf-linker) and, with --lab, the lab's
+    /// packages (qemu, backports kernel with rdma_rxe, rdma-core tools, virtme-ng).
+    Bootstrap {
+        #[arg(long)]
+        lab: bool,
+    },
+    /// Boot the Soft-RoCE lab VM and run CMD inside (bash, cwd = repo root); a shell without CMD.
+    Lab {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<String>,
+    },
+    /// Run every test tier: host (cargo test) and lab (real RDMA programs under the tracer).
+    Test {
+        /// Fail instead of skipping when the lab cannot run (CI sets this).
+        #[arg(long)]
+        require_lab: bool,
+        /// Only the host tier.
+        #[arg(long)]
+        host_only: bool,
+    },
+    /// The main job on the embedded default: boot the lab and trace a real ibv_rc_pingpong.
+    Demo,
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    match Cli::parse().command {
+        Command::Bootstrap { lab } => {
+            bootstrap::toolchain()?;
+            if lab {
+                bootstrap::lab()?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Lab { cmd } => {
+            bootstrap::lab()?;
+            let cmd = (!cmd.is_empty()).then(|| cmd.join(" "));
+            let status = lab::run(cmd.as_deref())?;
+            Ok(ExitCode::from(status.clamp(0, 255) as u8))
+        }
+        Command::Test { require_lab, host_only } => test::run(require_lab, host_only),
+        Command::Demo => demo::run(),
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -132,7 +132,11 @@ fn is_permission(e: &aya::EbpfError) -> bool {
 fn program_error(e: ProgramError) -> String {
     match e {
         ProgramError::LoadError { io_error, verifier_log } => {
-            format!("verifier rejected it ({io_error}):\n{verifier_log}")
+            // The verdict is at the end of the log; the whole log is for developers.
+            let log = verifier_log.to_string();
+            let tail: Vec<&str> = log.lines().rev().take(4).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!("the verifier rejected it ({io_error}): {}", tail.join(" | "))
         }
         other => {
             let mut s = other.to_string();

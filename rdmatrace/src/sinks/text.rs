@@ -1,10 +1,10 @@
 //! bcc-style live lines, under 100 columns:
-//! `TIME(UTC)       PID     COMM            DEV      QPN      EVENT    DETAILS`.
+//! `TIME(UTC)    PID     COMM            DEV     QPN      EVENT   DETAILS`.
 
 use std::io::{self, Write};
 
 use crate::{
-    clock::hms_micros,
+    clock::hms_millis,
     event::{mtu_bytes, qp_type_name, Body, ModifyAttrs, Record},
     sinks::Sink,
 };
@@ -23,7 +23,7 @@ impl<W: Write> TextSink<W> {
 }
 
 pub const HEADER: &str =
-    "TIME(UTC)       PID     COMM            DEV      QPN      EVENT    DETAILS";
+    "TIME(UTC)    PID     COMM            DEV     QPN      EVENT   DETAILS";
 
 fn state_name(s: Option<crate::event::QpState>) -> &'static str {
     s.map_or("?", |s| s.name())
@@ -49,9 +49,6 @@ fn modify_details(a: &ModifyAttrs, ret: i32) -> String {
     if let Some(m) = a.path_mtu {
         d += &format!(" mtu {}", mtu_bytes(m));
     }
-    if let Some(g) = a.dgid.as_ref().filter(|g| g.iter().any(|&b| b != 0)) {
-        d += &format!(" dgid {}", gid_text(g));
-    }
     if let Some(t) = a.timeout {
         d += &format!(" to {t}");
     }
@@ -60,6 +57,10 @@ fn modify_details(a: &ModifyAttrs, ret: i32) -> String {
     }
     if let Some(r) = a.rnr_retry {
         d += &format!(" rnr {r}");
+    }
+    // Last: the longest, and the one a narrow line may cut (JSON always has it).
+    if let Some(g) = a.dgid.as_ref().filter(|g| g.iter().any(|&b| b != 0)) {
+        d += &format!(" dst {}", gid_text(g));
     }
     if ret != 0 {
         d = format!("FAILED {} {d}", errno_text(ret));
@@ -114,8 +115,8 @@ pub fn line(rec: &Record) -> String {
         Body::Lost { count } => ("LOST", format!("{count} events dropped (ring buffer full)")),
     };
     let mut l = format!(
-        "{:<15} {:<7} {:<15} {:<8} {:<8} {:<8} {}",
-        hms_micros(rec.wall_ns),
+        "{:<12} {:<7} {:<15} {:<7} {:<8} {:<7} {}",
+        hms_millis(rec.wall_ns),
         rec.pid,
         rec.comm,
         dev,

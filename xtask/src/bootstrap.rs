@@ -1,0 +1,171 @@
+//! Idempotent installation of what the build, the tests and the lab need. Each step first checks,
+//! and says whether it skipped or installed.
+
+use std::{fs, path::Path, process::Command};
+
+use anyhow::{bail, Context as _};
+
+use crate::cmd::{cache_dir, find_tool, output, run};
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const NIGHTLY: &str = "nightly";
+
+fn say(what: &str) {
+    eprintln!("bootstrap: {what}");
+}
+
+/// nightly rust-src + bpf-linker built against nightly's own libLLVM.
+pub fn toolchain() -> anyhow::Result<()> {
+    rust_src()?;
+    bpf_linker()?;
+    Ok(())
+}
+
+fn nightly_sysroot() -> anyhow::Result<String> {
+    let sysroot = output(Command::new("rustup").args(["run", NIGHTLY, "rustc", "--print", "sysroot"]))
+        .context(
+            "the nightly toolchain is missing (rustup run nightly rustc failed); \
+             the eBPF programs need it",
+        )?;
+    Ok(sysroot.trim().to_string())
+}
+
+fn rust_src() -> anyhow::Result<()> {
+    let installed = output(Command::new("rustup").args(["component", "list", "--installed", "--toolchain", NIGHTLY]))
+        .unwrap_or_default();
+    if installed.lines().any(|l| l.starts_with("rust-src")) {
+        say("nightly rust-src present (skipped)");
+        return Ok(());
+    }
+    say("installing nightly rust-src");
+    run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", NIGHTLY]))
+}
+
+fn bpf_linker() -> anyhow::Result<()> {
+    if let Some(linker) = find_tool("bpf-linker") {
+        let version = output(Command::new(&linker).arg("--version")).unwrap_or_default();
+        if version.contains(BPF_LINKER_VERSION) {
+            say(&format!("bpf-linker {BPF_LINKER_VERSION} present at {} (skipped)", linker.display()));
+            return Ok(());
+        }
+    }
+    // bpf-linker must use the same LLVM as nightly rustc; Debian has no LLVM of that version, so
+    // link against the libLLVM shipped inside the nightly toolchain, with an rpath so it runs
+    // outside `cargo +nightly`.
+    let lib = Path::new(&nightly_sysroot()?).join("lib");
+    let llvm = fs::read_dir(&lib)
+        .with_context(|| format!("cannot list {}", lib.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libLLVM.so.")))
+        .with_context(|| format!("no libLLVM.so.* in {}", lib.display()))?;
+    let major = llvm
+        .file_name()
+        .map(|n| n.to_string_lossy().trim_start_matches("libLLVM.so.").split('.').next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    let prefix = cache_dir().join("llvm");
+    fs::create_dir_all(prefix.join("lib"))?;
+    let link = prefix.join("lib/libLLVM.so");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(&llvm, &link)
+        .with_context(|| format!("cannot link {} -> {}", link.display(), llvm.display()))?;
+    say(&format!("building bpf-linker {BPF_LINKER_VERSION} against {} (about 2 minutes)", llvm.display()));
+    run(Command::new("cargo")
+        .args(["install", "bpf-linker", "--locked", "--version", BPF_LINKER_VERSION, "--no-default-features", "--features"])
+        .arg(format!("llvm-{major}"))
+        .env("LLVM_PREFIX", &prefix)
+        .env("RUSTFLAGS", format!("-C link-arg=-Wl,-rpath,{}", lib.display())))
+}
+
+/// Debian packages the lab and the workloads need, `(package, suite)`; `None` = the default suite.
+const PACKAGES: &[(&str, Option<&str>)] = &[
+    ("qemu-system-x86", Some("bookworm-backports")),
+    ("qemu-system-common", Some("bookworm-backports")),
+    ("qemu-system-data", Some("bookworm-backports")),
+    ("seabios", Some("bookworm-backports")),
+    ("linux-image-amd64", Some("bookworm-backports")),
+    ("rdma-core", None),
+    ("ibverbs-providers", None),
+    ("ibverbs-utils", None),
+    ("rdmacm-utils", None),
+    ("perftest", None),
+    ("iproute2", None),
+    ("kmod", None),
+    ("iputils-ping", None),
+    ("libibverbs-dev", None),
+    ("librdmacm-dev", None),
+    ("libclang-dev", None),
+    ("clang", None),
+    ("pkg-config", None),
+];
+
+const BACKPORTS: &str = "/etc/apt/sources.list.d/rdmatrace-bookworm-backports.sources";
+
+fn installed(pkg: &str) -> bool {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))
+        .is_some_and(|s| s.contains("install ok installed"))
+}
+
+/// Only for the build of the test workloads (rdma-sys needs libibverbs headers and libclang).
+pub fn workload_deps() -> anyhow::Result<()> {
+    apt(&PACKAGES[13..])
+}
+
+fn backports_configured() -> bool {
+    let dirs = ["/etc/apt/sources.list.d", "/etc/apt/sources.list"];
+    dirs.iter().any(|d| {
+        let p = Path::new(d);
+        let files: Vec<_> = if p.is_dir() {
+            fs::read_dir(p).into_iter().flatten().filter_map(Result::ok).map(|e| e.path()).collect()
+        } else {
+            vec![p.to_path_buf()]
+        };
+        files.iter().any(|f| fs::read_to_string(f).is_ok_and(|s| s.contains("bookworm-backports")))
+    })
+}
+
+fn apt(pkgs: &[(&str, Option<&str>)]) -> anyhow::Result<()> {
+    let missing: Vec<String> = pkgs
+        .iter()
+        .filter(|(p, _)| !installed(p))
+        .map(|(p, suite)| match suite {
+            Some(s) => format!("{p}/{s}"),
+            None => (*p).to_string(),
+        })
+        .collect();
+    if missing.is_empty() {
+        say(&format!("{} Debian packages present (skipped)", pkgs.len()));
+        return Ok(());
+    }
+    if missing.iter().any(|p| p.contains("bookworm-backports")) && !backports_configured() {
+        say(&format!("adding bookworm-backports ({BACKPORTS})"));
+        fs::write(
+            BACKPORTS,
+            "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\n\
+             Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+        )
+        .with_context(|| format!("cannot write {BACKPORTS} (run as root)"))?;
+    }
+    say(&format!("installing {}", missing.join(" ")));
+    run(Command::new("apt-get").args(["update", "-q"]))?;
+    // `pkg/suite` pins just these packages; `-t bookworm-backports` would upgrade half the system.
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+/// Everything `cargo xtask lab` needs.
+pub fn lab() -> anyhow::Result<()> {
+    if !Path::new("/usr/bin/apt-get").exists() {
+        bail!("the lab is set up with Debian packages; this machine has no apt-get");
+    }
+    apt(PACKAGES)?;
+    if find_tool("vng").is_some() {
+        say("virtme-ng present (skipped)");
+    } else {
+        say("installing virtme-ng (PyPI)");
+        run(Command::new("python3").args(["-m", "pip", "install", "-q", "virtme-ng"]))?;
+    }
+    Ok(())
+}

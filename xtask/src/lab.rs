@@ -1,0 +1,169 @@
+//! The Soft-RoCE lab: a Debian kernel with rdma_rxe booted under qemu by virtme-ng, the host's
+//! root filesystem shared read-only, `target/lab` writable. KVM when it really works here, TCG
+//! otherwise (decided by trying once per kernel, remembered in ~/.cache/rdmatrace).
+
+use std::{
+    fs,
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _};
+
+use crate::cmd::{cache_dir, find_tool, repo_root};
+
+/// Skips slow hardware probing under TCG (see shared lab notes).
+const BLACKLIST: &str = "modprobe.blacklist=kvm,kvm_amd,kvm_intel,iTCO_wdt,iTCO_vendor_support,\
+ahci,libahci,libata,sr_mod,cdrom,sg,i2c_i801,i2c_smbus,lpc_ich,pcspkr,i6300esb,aesni_intel,\
+psmouse,evdev,button,serio_raw,joydev,intel_rapl_msr,intel_rapl_common,ghash_clmulni_intel,drm,\
+bochs,qxl,virtio_gpu,floppy,parport_pc,ppdev,efi_pstore,qemu_fw_cfg,vmgenid,virtio_rng";
+
+/// Longest a lab command may run before it is killed.
+const LAB_TIMEOUT: Duration = Duration::from_secs(40 * 60);
+
+/// The newest /boot kernel that ships the rdma_rxe module.
+pub fn find_kernel() -> anyhow::Result<(PathBuf, String)> {
+    let mut found: Vec<(PathBuf, String)> = fs::read_dir("/boot")
+        .context("cannot list /boot")?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ver = name.strip_prefix("vmlinuz-")?.to_string();
+            let rxe = Path::new("/lib/modules").join(&ver).join("kernel/drivers/infiniband/sw/rxe");
+            rxe.exists().then(|| (e.path(), ver))
+        })
+        .collect();
+    found.sort_by(|a, b| a.1.cmp(&b.1));
+    found.pop().context(
+        "no kernel with rdma_rxe in /boot (cargo xtask bootstrap --lab installs Debian's backports kernel)",
+    )
+}
+
+fn vng() -> anyhow::Result<PathBuf> {
+    find_tool("vng").context("virtme-ng (vng) not found; cargo xtask bootstrap --lab installs it")
+}
+
+fn base_args(kernel: &Path, kvm: bool, rwdir: &Path) -> Vec<String> {
+    let mut args: Vec<String> = Vec::new();
+    if !kvm {
+        args.push("--disable-kvm".into());
+    }
+    args.extend(["-m", "2G", "--network", "loop", "--rwdir"].map(String::from));
+    args.push(rwdir.display().to_string());
+    args.push("-r".into());
+    args.push(kernel.display().to_string());
+    args.push("--append".into());
+    args.push(BLACKLIST.into());
+    args
+}
+
+/// Whether KVM boots this kernel here. /dev/kvm may exist yet crash stock kernels (a software
+/// nested-virtualization module), so the only test is to try.
+fn kvm_works(kernel: &Path, ver: &str, rwdir: &Path) -> bool {
+    if !Path::new("/dev/kvm").exists() {
+        return false;
+    }
+    let memo = cache_dir().join(format!("kvm-{ver}"));
+    if let Ok(s) = fs::read_to_string(&memo) {
+        return s.trim() == "ok";
+    }
+    eprintln!("lab: trying KVM once for {ver} (remembered in {})", memo.display());
+    let Ok(vng) = vng() else { return false };
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(vng)
+        .args(base_args(kernel, true, rwdir))
+        .args(["-e", "echo rdmatrace-kvm-ok"])
+        .stdin(Stdio::null())
+        .output();
+    let ok = out.is_ok_and(|o| {
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("rdmatrace-kvm-ok")
+    });
+    let _ = fs::create_dir_all(cache_dir());
+    let _ = fs::write(&memo, if ok { "ok\n" } else { "broken\n" });
+    eprintln!("lab: KVM {}", if ok { "works" } else { "does not work here; using TCG" });
+    ok
+}
+
+/// Boots the lab and runs `cmd` (bash, from the repo root) inside; returns its exit status.
+/// Without `cmd`, an interactive shell.
+pub fn run(cmd: Option<&str>) -> anyhow::Result<i32> {
+    let (kernel, ver) = find_kernel()?;
+    let root = repo_root();
+    let rwdir = root.join("target/lab");
+    fs::create_dir_all(&rwdir).with_context(|| format!("cannot create {}", rwdir.display()))?;
+    let kvm = kvm_works(&kernel, &ver, &rwdir);
+    let guest = root.join("xtask/lab/guest.sh");
+    let mut exec = format!("bash {} {}", guest.display(), root.display());
+    if let Some(cmd) = cmd {
+        let file = rwdir.join(format!("cmd-{}.sh", std::process::id()));
+        fs::write(&file, format!("{cmd}\n")).with_context(|| format!("cannot write {}", file.display()))?;
+        exec += &format!(" {}", file.display());
+    }
+    eprintln!("lab: booting {ver} under {} ...", if kvm { "KVM" } else { "TCG (no working KVM)" });
+    let started = Instant::now();
+    let mut command = Command::new("timeout");
+    command
+        .arg("--foreground")
+        .arg(LAB_TIMEOUT.as_secs().to_string())
+        .arg(vng()?)
+        .args(base_args(&kernel, kvm, &rwdir))
+        .args(["-e", &exec]);
+    if cmd.is_none() {
+        let status = command.status().context("cannot start vng")?;
+        return Ok(status.code().unwrap_or(1));
+    }
+    // qemu reopens fds 1 and 2 separately: pipe both and relay, never share one file.
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start vng")?;
+    let (tx, rx) = mpsc::channel::<(bool, String)>();
+    let mut relays = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        let tx = tx.clone();
+        relays.push(thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send((false, line));
+            }
+        }));
+    }
+    if let Some(err) = child.stderr.take() {
+        let tx = tx.clone();
+        relays.push(thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send((true, line));
+            }
+        }));
+    }
+    drop(tx);
+    let mut announced = false;
+    for (is_err, line) in rx {
+        if !announced && line.contains("rdmatrace-lab: ready") {
+            announced = true;
+            eprintln!("lab: booted and set up in {:.1} s", started.elapsed().as_secs_f64());
+        }
+        if is_err {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+            let _ = std::io::stdout().flush();
+        }
+    }
+    for r in relays {
+        let _ = r.join();
+    }
+    let status = child.wait().context("vng did not finish")?;
+    eprintln!("lab: done in {:.1} s ({status})", started.elapsed().as_secs_f64());
+    match status.code() {
+        Some(124) => bail!("the lab command timed out after {} s", LAB_TIMEOUT.as_secs()),
+        Some(code) => Ok(code),
+        None => bail!("vng was killed: {status}"),
+    }
+}

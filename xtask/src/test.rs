@@ -1,0 +1,1 @@
+pub fn run(_r: bool, _h: bool) -> anyhow::Result<std::process::ExitCode> { todo!() }
