@@ -28,8 +28,7 @@ pub static PENDING_CREATE: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(MA
 
 /// `ib_modify_qp_with_udata` event under construction by pid_tgid, completed at return.
 #[map]
-pub static PENDING_MODIFY: HashMap<u64, QpModifyEvent> =
-    HashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static PENDING_MODIFY: HashMap<u64, QpModifyEvent> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// `ib_destroy_qp_user` event under construction (read before the QP is freed), by pid_tgid.
 #[map]

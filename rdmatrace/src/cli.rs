@@ -10,7 +10,11 @@ use crate::{
 };
 
 #[derive(Parser, Debug)]
-#[command(name = "rdmatrace", version, about = "eBPF tracing and fault localization for RDMA")]
+#[command(
+    name = "rdmatrace",
+    version,
+    about = "eBPF tracing and fault localization for RDMA"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -70,7 +74,9 @@ impl TraceArgs {
     pub fn to_config(&self) -> Result<TraceConfig, String> {
         let duration = match self.duration {
             Some(d) if !(d > 0.0 && d.is_finite()) => {
-                return Err(format!("--duration must be a positive number of seconds, not {d}"))
+                return Err(format!(
+                    "--duration must be a positive number of seconds, not {d}"
+                ))
             }
             Some(d) => Some(Duration::from_secs_f64(d)),
             None => None,
@@ -82,7 +88,11 @@ impl TraceArgs {
                 dev: self.dev.clone(),
                 qpn: self.qpn,
             },
-            format: if self.json { Format::Jsonl } else { Format::Text },
+            format: if self.json {
+                Format::Jsonl
+            } else {
+                Format::Text
+            },
             duration,
             ringbuf_bytes: self.ringbuf_size,
             btf_dir: self.btf_dir.clone(),

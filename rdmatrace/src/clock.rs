@@ -18,7 +18,9 @@ impl ClockAnchor {
     pub fn now() -> ClockAnchor {
         let mono = read_clock(libc::CLOCK_MONOTONIC);
         let wall = read_clock(libc::CLOCK_REALTIME);
-        ClockAnchor { offset_ns: wall - mono }
+        ClockAnchor {
+            offset_ns: wall - mono,
+        }
     }
 
     pub fn wall_ns(&self, mono_ns: u64) -> u64 {
@@ -27,7 +29,10 @@ impl ClockAnchor {
 }
 
 fn read_clock(id: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes it. Both clocks
     // exist on every Linux, so the call cannot fail in practice; on failure ts stays 0.
     unsafe { libc::clock_gettime(id, &mut ts) };
@@ -39,7 +44,13 @@ pub fn hms_millis(wall_ns: u64) -> String {
     let secs = wall_ns / 1_000_000_000;
     let millis = (wall_ns % 1_000_000_000) / 1_000_000;
     let day = secs % 86_400;
-    format!("{:02}:{:02}:{:02}.{:03}", day / 3600, (day / 60) % 60, day % 60, millis)
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day / 3600,
+        (day / 60) % 60,
+        day % 60,
+        millis
+    )
 }
 
 /// RFC 3339 UTC with ns, for reports and JSON.

@@ -19,13 +19,21 @@ pub enum DecodeError {
     #[error("unknown event kind {kind}")]
     UnknownKind { kind: u32 },
     #[error("{kind:?} record has {len} bytes, expected at least {need}")]
-    Short { kind: EventKind, len: usize, need: usize },
+    Short {
+        kind: EventKind,
+        len: usize,
+        need: usize,
+    },
 }
 
 /// Copies a `T` out of the front of `bytes` (which need not be aligned).
 fn read<T: aya::Pod>(bytes: &[u8], kind: EventKind) -> Result<T, DecodeError> {
     if bytes.len() < size_of::<T>() {
-        return Err(DecodeError::Short { kind, len: bytes.len(), need: size_of::<T>() });
+        return Err(DecodeError::Short {
+            kind,
+            len: bytes.len(),
+            need: size_of::<T>(),
+        });
     }
     // SAFETY: the length is checked above and T is Pod (any bit pattern valid);
     // read_unaligned copes with the buffer's alignment.
@@ -40,7 +48,10 @@ pub fn c_str(bytes: &[u8]) -> String {
 
 fn qp_info(id: &QpIdent) -> QpInfo {
     QpInfo {
-        key: QpKey { dev: c_str(&id.dev), qpn: id.qpn },
+        key: QpKey {
+            dev: c_str(&id.dev),
+            qpn: id.qpn,
+        },
         qp_type: id.qp_type,
     }
 }
@@ -58,8 +69,16 @@ fn modify_attrs(ev: &QpModifyEvent) -> ModifyAttrs {
     let when = |bit: u32| m & bit != 0;
     ModifyAttrs {
         attr_mask: m,
-        cur_state: if when(mask::CUR_STATE) { state(ev.cur_state) } else { None },
-        new_state: if when(mask::STATE) { state(ev.new_state) } else { None },
+        cur_state: if when(mask::CUR_STATE) {
+            state(ev.cur_state)
+        } else {
+            None
+        },
+        new_state: if when(mask::STATE) {
+            state(ev.new_state)
+        } else {
+            None
+        },
         path_mtu: when(mask::PATH_MTU).then_some(ev.path_mtu),
         dest_qpn: when(mask::DEST_QPN).then_some(ev.dest_qpn),
         sq_psn: when(mask::SQ_PSN).then_some(ev.sq_psn),
@@ -74,22 +93,44 @@ fn modify_attrs(ev: &QpModifyEvent) -> ModifyAttrs {
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError> {
     if bytes.len() < size_of::<EventHeader>() {
-        return Err(DecodeError::ShortHeader { len: bytes.len(), need: size_of::<EventHeader>() });
+        return Err(DecodeError::ShortHeader {
+            len: bytes.len(),
+            need: size_of::<EventHeader>(),
+        });
     }
     let raw_kind = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     let kind = EventKind::from_raw(raw_kind).ok_or(DecodeError::UnknownKind { kind: raw_kind })?;
     let (header, body) = match kind {
         EventKind::QpCreate => {
             let ev: QpCreateEvent = read(bytes, kind)?;
-            (ev.header, Body::QpCreate { qp: qp_info(&ev.qp), ret: ev.ret })
+            (
+                ev.header,
+                Body::QpCreate {
+                    qp: qp_info(&ev.qp),
+                    ret: ev.ret,
+                },
+            )
         }
         EventKind::QpModify => {
             let ev: QpModifyEvent = read(bytes, kind)?;
-            (ev.header, Body::QpModify { qp: qp_info(&ev.qp), attrs: modify_attrs(&ev), ret: ev.ret })
+            (
+                ev.header,
+                Body::QpModify {
+                    qp: qp_info(&ev.qp),
+                    attrs: modify_attrs(&ev),
+                    ret: ev.ret,
+                },
+            )
         }
         EventKind::QpDestroy => {
             let ev: QpDestroyEvent = read(bytes, kind)?;
-            (ev.header, Body::QpDestroy { qp: qp_info(&ev.qp), ret: ev.ret })
+            (
+                ev.header,
+                Body::QpDestroy {
+                    qp: qp_info(&ev.qp),
+                    ret: ev.ret,
+                },
+            )
         }
         EventKind::ProcessExec => {
             let ev: ProcessEvent = read(bytes, kind)?;
@@ -97,7 +138,13 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
         }
         EventKind::ProcessExit => {
             let ev: ProcessEvent = read(bytes, kind)?;
-            (ev.header, Body::ProcessExit { ppid: ev.ppid, exit_code: ev.exit_code })
+            (
+                ev.header,
+                Body::ProcessExit {
+                    ppid: ev.ppid,
+                    exit_code: ev.exit_code,
+                },
+            )
         }
     };
     Ok(Record {

@@ -107,13 +107,30 @@ pub struct ModifyAttrs {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
-    QpCreate { qp: QpInfo, ret: i32 },
-    QpModify { qp: QpInfo, attrs: ModifyAttrs, ret: i32 },
-    QpDestroy { qp: QpInfo, ret: i32 },
-    ProcessExec { ppid: u32 },
-    ProcessExit { ppid: u32, exit_code: i32 },
+    QpCreate {
+        qp: QpInfo,
+        ret: i32,
+    },
+    QpModify {
+        qp: QpInfo,
+        attrs: ModifyAttrs,
+        ret: i32,
+    },
+    QpDestroy {
+        qp: QpInfo,
+        ret: i32,
+    },
+    ProcessExec {
+        ppid: u32,
+    },
+    ProcessExit {
+        ppid: u32,
+        exit_code: i32,
+    },
     /// Events the kernel could not deliver (ring buffer full) since the previous report.
-    Lost { count: u64 },
+    Lost {
+        count: u64,
+    },
 }
 
 impl Body {

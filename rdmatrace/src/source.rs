@@ -29,13 +29,26 @@ pub struct RingSource {
 impl RingSource {
     /// Takes the maps out of the loaded object. Must run inside a tokio runtime.
     pub fn new(tracer: &mut Tracer) -> Result<RingSource, SourceError> {
-        let map = tracer.ebpf.take_map("EVENTS").ok_or(SourceError::MissingMap("EVENTS"))?;
-        let ring = RingBuf::try_from(map).map_err(|source| SourceError::Map { name: "EVENTS", source })?;
-        let map = tracer.ebpf.take_map("LOST").ok_or(SourceError::MissingMap("LOST"))?;
-        let lost = PerCpuArray::try_from(map).map_err(|source| SourceError::Map { name: "LOST", source })?;
+        let map = tracer
+            .ebpf
+            .take_map("EVENTS")
+            .ok_or(SourceError::MissingMap("EVENTS"))?;
+        let ring = RingBuf::try_from(map).map_err(|source| SourceError::Map {
+            name: "EVENTS",
+            source,
+        })?;
+        let map = tracer
+            .ebpf
+            .take_map("LOST")
+            .ok_or(SourceError::MissingMap("LOST"))?;
+        let lost = PerCpuArray::try_from(map).map_err(|source| SourceError::Map {
+            name: "LOST",
+            source,
+        })?;
         // SAFETY: the ring buffer's fd is owned by the `RingBuf` that the `AsyncFd` takes by
         // value, so it stays open for as long as it is registered.
-        let ring = unsafe { AsyncFd::register(ring) }.map_err(|e| SourceError::Poll(e.into_parts().1))?;
+        let ring =
+            unsafe { AsyncFd::register(ring) }.map_err(|e| SourceError::Poll(e.into_parts().1))?;
         Ok(RingSource {
             ring,
             lost,

@@ -22,17 +22,24 @@ pub fn toolchain() -> anyhow::Result<()> {
 }
 
 fn nightly_sysroot() -> anyhow::Result<String> {
-    let sysroot = output(Command::new("rustup").args(["run", NIGHTLY, "rustc", "--print", "sysroot"]))
-        .context(
-            "the nightly toolchain is missing (rustup run nightly rustc failed); \
+    let sysroot =
+        output(Command::new("rustup").args(["run", NIGHTLY, "rustc", "--print", "sysroot"]))
+            .context(
+                "the nightly toolchain is missing (rustup run nightly rustc failed); \
              the eBPF programs need it",
-        )?;
+            )?;
     Ok(sysroot.trim().to_string())
 }
 
 fn rust_src() -> anyhow::Result<()> {
-    let installed = output(Command::new("rustup").args(["component", "list", "--installed", "--toolchain", NIGHTLY]))
-        .unwrap_or_default();
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        NIGHTLY,
+    ]))
+    .unwrap_or_default();
     if installed.lines().any(|l| l.starts_with("rust-src")) {
         say("nightly rust-src present (skipped)");
         return Ok(());
@@ -45,7 +52,10 @@ fn bpf_linker() -> anyhow::Result<()> {
     if let Some(linker) = find_tool("bpf-linker") {
         let version = output(Command::new(&linker).arg("--version")).unwrap_or_default();
         if version.contains(BPF_LINKER_VERSION) {
-            say(&format!("bpf-linker {BPF_LINKER_VERSION} present at {} (skipped)", linker.display()));
+            say(&format!(
+                "bpf-linker {BPF_LINKER_VERSION} present at {} (skipped)",
+                linker.display()
+            ));
             return Ok(());
         }
     }
@@ -57,11 +67,21 @@ fn bpf_linker() -> anyhow::Result<()> {
         .with_context(|| format!("cannot list {}", lib.display()))?
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libLLVM.so.")))
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libLLVM.so."))
+        })
         .with_context(|| format!("no libLLVM.so.* in {}", lib.display()))?;
     let major = llvm
         .file_name()
-        .map(|n| n.to_string_lossy().trim_start_matches("libLLVM.so.").split('.').next().unwrap_or("").to_string())
+        .map(|n| {
+            n.to_string_lossy()
+                .trim_start_matches("libLLVM.so.")
+                .split('.')
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
         .unwrap_or_default();
     let prefix = cache_dir().join("llvm");
     fs::create_dir_all(prefix.join("lib"))?;
@@ -69,12 +89,26 @@ fn bpf_linker() -> anyhow::Result<()> {
     let _ = fs::remove_file(&link);
     std::os::unix::fs::symlink(&llvm, &link)
         .with_context(|| format!("cannot link {} -> {}", link.display(), llvm.display()))?;
-    say(&format!("building bpf-linker {BPF_LINKER_VERSION} against {} (about 2 minutes)", llvm.display()));
+    say(&format!(
+        "building bpf-linker {BPF_LINKER_VERSION} against {} (about 2 minutes)",
+        llvm.display()
+    ));
     run(Command::new("cargo")
-        .args(["install", "bpf-linker", "--locked", "--version", BPF_LINKER_VERSION, "--no-default-features", "--features"])
+        .args([
+            "install",
+            "bpf-linker",
+            "--locked",
+            "--version",
+            BPF_LINKER_VERSION,
+            "--no-default-features",
+            "--features",
+        ])
         .arg(format!("llvm-{major}"))
         .env("LLVM_PREFIX", &prefix)
-        .env("RUSTFLAGS", format!("-C link-arg=-Wl,-rpath,{}", lib.display())))
+        .env(
+            "RUSTFLAGS",
+            format!("-C link-arg=-Wl,-rpath,{}", lib.display()),
+        ))
 }
 
 /// Debian packages the lab and the workloads need, `(package, suite)`; `None` = the default suite.
@@ -116,11 +150,18 @@ fn backports_configured() -> bool {
     dirs.iter().any(|d| {
         let p = Path::new(d);
         let files: Vec<_> = if p.is_dir() {
-            fs::read_dir(p).into_iter().flatten().filter_map(Result::ok).map(|e| e.path()).collect()
+            fs::read_dir(p)
+                .into_iter()
+                .flatten()
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .collect()
         } else {
             vec![p.to_path_buf()]
         };
-        files.iter().any(|f| fs::read_to_string(f).is_ok_and(|s| s.contains("bookworm-backports")))
+        files
+            .iter()
+            .any(|f| fs::read_to_string(f).is_ok_and(|s| s.contains("bookworm-backports")))
     })
 }
 

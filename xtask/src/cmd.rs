@@ -9,7 +9,9 @@ use anyhow::{bail, Context as _};
 
 /// Runs `cmd`, relaying its output; fails on a non-zero exit.
 pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
-    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }
@@ -19,7 +21,9 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
 /// Runs `cmd` and returns its stdout; `None` when it cannot start or fails.
 pub fn output(cmd: &mut Command) -> Option<String> {
     let out = cmd.stderr(Stdio::null()).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The repository root (the parent of this crate).
@@ -46,7 +50,9 @@ pub fn find_tool(name: &str) -> Option<PathBuf> {
     dirs.push(home.join(".cargo/bin"));
     dirs.push(home.join(".local/bin"));
     dirs.push(PathBuf::from("/usr/local/bin"));
-    if let Some(prefix) = output(Command::new("python3").args(["-c", "import sys; print(sys.prefix)"])) {
+    if let Some(prefix) =
+        output(Command::new("python3").args(["-c", "import sys; print(sys.prefix)"]))
+    {
         dirs.push(Path::new(prefix.trim()).join("bin"));
     }
     dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())

@@ -28,17 +28,45 @@ echo "(process exec/exit lines omitted: $(grep -c ' exec \| exit ' "$out/trace.t
     .to_string()
 }
 
+/// RDMA devices of this host (`/sys/class/infiniband/*`).
+fn host_rdma_devices() -> Vec<String> {
+    std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// On a host with RDMA devices: trace it live. Without: the lab and its scenario.
 pub fn run() -> anyhow::Result<ExitCode> {
     bootstrap::toolchain()?;
-    bootstrap::lab()?;
     run_build()?;
+    let devices = host_rdma_devices();
+    if !devices.is_empty() {
+        eprintln!(
+            "demo: this host has RDMA devices ({}): tracing it live",
+            devices.join(", ")
+        );
+        let status = Command::new(cmd::repo_root().join("target/debug/rdmatrace"))
+            .arg("trace")
+            .status()?;
+        return Ok(ExitCode::from(
+            status.code().unwrap_or(1).clamp(0, 255) as u8
+        ));
+    }
+    eprintln!("demo: no RDMA device on this host: booting the Soft-RoCE lab instead");
+    bootstrap::lab()?;
     let status = lab::run(Some(&run_demo_script()))?;
     Ok(ExitCode::from(status.clamp(0, 255) as u8))
 }
 
 fn run_build() -> anyhow::Result<()> {
-    cmd::run(Command::new("cargo")
-        .current_dir(cmd::repo_root())
-        .env("PATH", cmd::path_with_cargo_bin())
-        .args(["build", "-p", "rdmatrace"]))
+    cmd::run(
+        Command::new("cargo")
+            .current_dir(cmd::repo_root())
+            .env("PATH", cmd::path_with_cargo_bin())
+            .args(["build", "-p", "rdmatrace"]),
+    )
 }

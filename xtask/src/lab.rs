@@ -33,7 +33,9 @@ pub fn find_kernel() -> anyhow::Result<(PathBuf, String)> {
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let ver = name.strip_prefix("vmlinuz-")?.to_string();
-            let rxe = Path::new("/lib/modules").join(&ver).join("kernel/drivers/infiniband/sw/rxe");
+            let rxe = Path::new("/lib/modules")
+                .join(&ver)
+                .join("kernel/drivers/infiniband/sw/rxe");
             rxe.exists().then(|| (e.path(), ver))
         })
         .collect();
@@ -71,7 +73,10 @@ fn kvm_works(kernel: &Path, ver: &str, rwdir: &Path) -> bool {
     if let Ok(s) = fs::read_to_string(&memo) {
         return s.trim() == "ok";
     }
-    eprintln!("lab: trying KVM once for {ver} (remembered in {})", memo.display());
+    eprintln!(
+        "lab: trying KVM once for {ver} (remembered in {})",
+        memo.display()
+    );
     let Ok(vng) = vng() else { return false };
     let out = Command::new("timeout")
         .arg("120")
@@ -85,7 +90,14 @@ fn kvm_works(kernel: &Path, ver: &str, rwdir: &Path) -> bool {
     });
     let _ = fs::create_dir_all(cache_dir());
     let _ = fs::write(&memo, if ok { "ok\n" } else { "broken\n" });
-    eprintln!("lab: KVM {}", if ok { "works" } else { "does not work here; using TCG" });
+    eprintln!(
+        "lab: KVM {}",
+        if ok {
+            "works"
+        } else {
+            "does not work here; using TCG"
+        }
+    );
     ok
 }
 
@@ -101,10 +113,14 @@ pub fn run(cmd: Option<&str>) -> anyhow::Result<i32> {
     let mut exec = format!("bash {} {}", guest.display(), root.display());
     if let Some(cmd) = cmd {
         let file = rwdir.join(format!("cmd-{}.sh", std::process::id()));
-        fs::write(&file, format!("{cmd}\n")).with_context(|| format!("cannot write {}", file.display()))?;
+        fs::write(&file, format!("{cmd}\n"))
+            .with_context(|| format!("cannot write {}", file.display()))?;
         exec += &format!(" {}", file.display());
     }
-    eprintln!("lab: booting {ver} under {} ...", if kvm { "KVM" } else { "TCG (no working KVM)" });
+    eprintln!(
+        "lab: booting {ver} under {} ...",
+        if kvm { "KVM" } else { "TCG (no working KVM)" }
+    );
     let started = Instant::now();
     let mut command = Command::new("timeout");
     command
@@ -147,7 +163,10 @@ pub fn run(cmd: Option<&str>) -> anyhow::Result<i32> {
     for (is_err, line) in rx {
         if !announced && line.contains("rdmatrace-lab: ready") {
             announced = true;
-            eprintln!("lab: booted and set up in {:.1} s", started.elapsed().as_secs_f64());
+            eprintln!(
+                "lab: booted and set up in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
         }
         if is_err {
             eprintln!("{line}");
@@ -160,9 +179,15 @@ pub fn run(cmd: Option<&str>) -> anyhow::Result<i32> {
         let _ = r.join();
     }
     let status = child.wait().context("vng did not finish")?;
-    eprintln!("lab: done in {:.1} s ({status})", started.elapsed().as_secs_f64());
+    eprintln!(
+        "lab: done in {:.1} s ({status})",
+        started.elapsed().as_secs_f64()
+    );
     match status.code() {
-        Some(124) => bail!("the lab command timed out after {} s", LAB_TIMEOUT.as_secs()),
+        Some(124) => bail!(
+            "the lab command timed out after {} s",
+            LAB_TIMEOUT.as_secs()
+        ),
         Some(code) => Ok(code),
         None => bail!("vng was killed: {status}"),
     }

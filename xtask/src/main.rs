@@ -61,7 +61,10 @@ fn run() -> anyhow::Result<ExitCode> {
             let status = lab::run(cmd.as_deref())?;
             Ok(ExitCode::from(status.clamp(0, 255) as u8))
         }
-        Command::Test { require_lab, host_only } => test::run(require_lab, host_only),
+        Command::Test {
+            require_lab,
+            host_only,
+        } => test::run(require_lab, host_only),
         Command::Demo => demo::run(),
     }
 }

@@ -1,1 +1,138 @@
-pub fn run(_r: bool, _h: bool) -> anyhow::Result<std::process::ExitCode> { todo!() }
+//! `cargo xtask test`: every tier, loudly reporting any tier that could not run.
+//!
+//! - host: `cargo test --workspace` (unit, decode, golden, CLI; root-only checks adapt to privileges)
+//! - lab: the `lab*` integration tests, run with `--ignored` inside one boot of the lab VM, where
+//!   real RDMA programs run under the tracer.
+
+use std::{
+    path::PathBuf,
+    process::{Command, ExitCode, Stdio},
+};
+
+use anyhow::Context as _;
+
+use crate::{bootstrap, cmd, lab};
+
+enum Tier {
+    Passed,
+    Failed(String),
+    Skipped(String),
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new("cargo");
+    c.current_dir(cmd::repo_root())
+        .env("PATH", cmd::path_with_cargo_bin());
+    c
+}
+
+/// Builds the `lab*` test binaries and returns their paths.
+fn lab_test_binaries() -> anyhow::Result<Vec<PathBuf>> {
+    let out = cargo()
+        .args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "rdmatrace-ebpf",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo test --no-run")?;
+    anyhow::ensure!(out.status.success(), "building the tests failed");
+    let mut bins = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_lab_test = msg["reason"] == "compiler-artifact"
+            && msg["profile"]["test"] == true
+            && msg["target"]["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "test"))
+            && msg["target"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("lab"));
+        if let (true, Some(exe)) = (is_lab_test, msg["executable"].as_str()) {
+            bins.push(PathBuf::from(exe));
+        }
+    }
+    anyhow::ensure!(!bins.is_empty(), "no lab* test binaries were built");
+    Ok(bins)
+}
+
+fn lab_tier() -> anyhow::Result<Tier> {
+    if let Err(e) = bootstrap::lab().and_then(|()| lab::find_kernel().map(|_| ())) {
+        return Ok(Tier::Skipped(format!(
+            "the lab cannot run on this machine: {e:#}"
+        )));
+    }
+    cmd::run(cargo().args(["build", "-p", "rdmatrace", "-p", "rdmatrace-workloads"]))?;
+    let bins = lab_test_binaries()?;
+    let workloads = cmd::repo_root().join("target/debug");
+    let mut script = String::from("set -u\nstatus=0\n");
+    for bin in &bins {
+        script += &format!(
+            "echo '== lab tests: {name}'\nRDMATRACE_WORKLOADS={w} {b} --ignored --test-threads=1 || status=1\n",
+            name = bin.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            w = workloads.display(),
+            b = bin.display()
+        );
+    }
+    script += "exit $status\n";
+    let code = lab::run(Some(&script))?;
+    Ok(if code == 0 {
+        Tier::Passed
+    } else {
+        Tier::Failed(format!("lab tests exited with {code}"))
+    })
+}
+
+pub fn run(require_lab: bool, host_only: bool) -> anyhow::Result<ExitCode> {
+    let require_lab = require_lab || std::env::var("CI").is_ok_and(|v| v == "true");
+    bootstrap::toolchain()?;
+    bootstrap::workload_deps()?;
+
+    eprintln!("\n== tier 1/2: host (cargo test --workspace)");
+    let host = match cargo()
+        .args(["test", "--workspace", "--exclude", "rdmatrace-ebpf"])
+        .status()
+    {
+        Ok(s) if s.success() => Tier::Passed,
+        Ok(s) => Tier::Failed(format!("cargo test: {s}")),
+        Err(e) => Tier::Failed(format!("cannot run cargo test: {e}")),
+    };
+
+    eprintln!("\n== tier 2/2: lab (real RDMA programs on Soft-RoCE in a VM)");
+    let lab = if host_only {
+        Tier::Skipped("--host-only was given".into())
+    } else {
+        lab_tier().unwrap_or_else(|e| Tier::Failed(format!("{e:#}")))
+    };
+
+    let mut ok = true;
+    eprintln!("\n== summary");
+    for (name, tier) in [("host", &host), ("lab", &lab)] {
+        match tier {
+            Tier::Passed => eprintln!("  {name:<5} passed"),
+            Tier::Failed(why) => {
+                ok = false;
+                eprintln!("  {name:<5} FAILED: {why}");
+            }
+            Tier::Skipped(why) => {
+                eprintln!("  {name:<5} SKIPPED (not run!): {why}");
+                eprintln!("  ************ the {name} tier did not run; its tests prove nothing here ************");
+                if require_lab {
+                    ok = false;
+                    eprintln!("  {name:<5} is required here (--require-lab or CI=true): failing");
+                }
+            }
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

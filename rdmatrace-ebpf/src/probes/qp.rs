@@ -66,7 +66,9 @@ fn try_qp_create_enter(ctx: &ProbeContext) -> Option<u32> {
         return None;
     }
     let args = [arg(ctx, cfg.create_arg_dev), arg(ctx, cfg.create_arg_attr)];
-    PENDING_CREATE.insert(bpf_get_current_pid_tgid(), args, 0).ok()?;
+    PENDING_CREATE
+        .insert(bpf_get_current_pid_tgid(), args, 0)
+        .ok()?;
     Some(0)
 }
 
@@ -148,7 +150,9 @@ fn try_qp_modify_enter(ctx: &ProbeContext) -> Option<u32> {
     if mask & attr_mask::AV != 0 {
         read::bytes(attr, cfg.attr_dgid, &mut ev.dgid);
     }
-    PENDING_MODIFY.insert(bpf_get_current_pid_tgid(), ev, 0).ok()?;
+    PENDING_MODIFY
+        .insert(bpf_get_current_pid_tgid(), ev, 0)
+        .ok()?;
     Some(0)
 }
 
@@ -184,7 +188,9 @@ fn try_qp_destroy_enter(ctx: &ProbeContext) -> Option<u32> {
     let mut ev: QpDestroyEvent = unsafe { core::mem::zeroed() };
     header(&mut ev.header, EventKind::QpDestroy as u32);
     qp_ident(cfg, arg(ctx, cfg.destroy_arg_qp), &mut ev.qp);
-    PENDING_DESTROY.insert(bpf_get_current_pid_tgid(), ev, 0).ok()?;
+    PENDING_DESTROY
+        .insert(bpf_get_current_pid_tgid(), ev, 0)
+        .ok()?;
     Some(0)
 }
 

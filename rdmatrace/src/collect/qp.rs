@@ -13,12 +13,36 @@ pub const AREA: Area = Area {
     name: "qp",
     rdma: true,
     probes: &[
-        ProbeSpec { program: "qp_create_enter", hook: Hook::Kprobe, target: CREATE },
-        ProbeSpec { program: "qp_create_exit", hook: Hook::Kretprobe, target: CREATE },
-        ProbeSpec { program: "qp_modify_enter", hook: Hook::Kprobe, target: MODIFY },
-        ProbeSpec { program: "qp_modify_exit", hook: Hook::Kretprobe, target: MODIFY },
-        ProbeSpec { program: "qp_destroy_enter", hook: Hook::Kprobe, target: DESTROY },
-        ProbeSpec { program: "qp_destroy_exit", hook: Hook::Kretprobe, target: DESTROY },
+        ProbeSpec {
+            program: "qp_create_enter",
+            hook: Hook::Kprobe,
+            target: CREATE,
+        },
+        ProbeSpec {
+            program: "qp_create_exit",
+            hook: Hook::Kretprobe,
+            target: CREATE,
+        },
+        ProbeSpec {
+            program: "qp_modify_enter",
+            hook: Hook::Kprobe,
+            target: MODIFY,
+        },
+        ProbeSpec {
+            program: "qp_modify_exit",
+            hook: Hook::Kretprobe,
+            target: MODIFY,
+        },
+        ProbeSpec {
+            program: "qp_destroy_enter",
+            hook: Hook::Kprobe,
+            target: DESTROY,
+        },
+        ProbeSpec {
+            program: "qp_destroy_exit",
+            hook: Hook::Kretprobe,
+            target: DESTROY,
+        },
     ],
     resolve,
 };
@@ -51,17 +75,38 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
             UNRESOLVED
         }
     };
-    cfg.create_arg_attr = opt("create qp_type on failure", param_index(btf, CREATE, &["attr", "qp_init_attr"]));
-    cfg.init_attr_qp_type = opt("create qp_type on failure", offset_of(btf, "ib_qp_init_attr", "qp_type"));
+    cfg.create_arg_attr = opt(
+        "create qp_type on failure",
+        param_index(btf, CREATE, &["attr", "qp_init_attr"]),
+    );
+    cfg.init_attr_qp_type = opt(
+        "create qp_type on failure",
+        offset_of(btf, "ib_qp_init_attr", "qp_type"),
+    );
     cfg.attr_qp_state = opt("modify new state", offset_of(btf, "ib_qp_attr", "qp_state"));
-    cfg.attr_cur_qp_state = opt("modify current state", offset_of(btf, "ib_qp_attr", "cur_qp_state"));
+    cfg.attr_cur_qp_state = opt(
+        "modify current state",
+        offset_of(btf, "ib_qp_attr", "cur_qp_state"),
+    );
     cfg.attr_path_mtu = opt("modify path MTU", offset_of(btf, "ib_qp_attr", "path_mtu"));
-    cfg.attr_dest_qp_num = opt("modify dest QPN", offset_of(btf, "ib_qp_attr", "dest_qp_num"));
+    cfg.attr_dest_qp_num = opt(
+        "modify dest QPN",
+        offset_of(btf, "ib_qp_attr", "dest_qp_num"),
+    );
     cfg.attr_sq_psn = opt("modify SQ PSN", offset_of(btf, "ib_qp_attr", "sq_psn"));
     cfg.attr_rq_psn = opt("modify RQ PSN", offset_of(btf, "ib_qp_attr", "rq_psn"));
     cfg.attr_timeout = opt("modify timeout", offset_of(btf, "ib_qp_attr", "timeout"));
-    cfg.attr_retry_cnt = opt("modify retry_cnt", offset_of(btf, "ib_qp_attr", "retry_cnt"));
-    cfg.attr_rnr_retry = opt("modify rnr_retry", offset_of(btf, "ib_qp_attr", "rnr_retry"));
-    cfg.attr_dgid = opt("modify dest GID", offset_of(btf, "ib_qp_attr", "ah_attr.grh.dgid"));
+    cfg.attr_retry_cnt = opt(
+        "modify retry_cnt",
+        offset_of(btf, "ib_qp_attr", "retry_cnt"),
+    );
+    cfg.attr_rnr_retry = opt(
+        "modify rnr_retry",
+        offset_of(btf, "ib_qp_attr", "rnr_retry"),
+    );
+    cfg.attr_dgid = opt(
+        "modify dest GID",
+        offset_of(btf, "ib_qp_attr", "ah_attr.grh.dgid"),
+    );
     Ok(notes)
 }

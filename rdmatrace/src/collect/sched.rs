@@ -9,8 +9,16 @@ pub const AREA: Area = Area {
     name: "process",
     rdma: false,
     probes: &[
-        ProbeSpec { program: "process_exec", hook: Hook::BtfTracepoint, target: "sched_process_exec" },
-        ProbeSpec { program: "process_exit", hook: Hook::BtfTracepoint, target: "sched_process_exit" },
+        ProbeSpec {
+            program: "process_exec",
+            hook: Hook::BtfTracepoint,
+            target: "sched_process_exec",
+        },
+        ProbeSpec {
+            program: "process_exit",
+            hook: Hook::BtfTracepoint,
+            target: "sched_process_exit",
+        },
     ],
     resolve,
 };

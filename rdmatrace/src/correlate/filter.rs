@@ -27,7 +27,9 @@ impl Filter {
             return true;
         }
         // A device or QPN filter keeps only QP events of that device / QPN.
-        let Some(qp) = rec.body.qp() else { return false };
+        let Some(qp) = rec.body.qp() else {
+            return false;
+        };
         self.dev.as_deref().is_none_or(|d| d == qp.key.dev)
             && self.qpn.is_none_or(|q| q == qp.key.qpn)
     }

@@ -81,7 +81,10 @@ impl KernelBtf {
 fn strip(btf: &Btf, mut ty: Type) -> Result<Type, BtfError> {
     loop {
         match &ty {
-            Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_)
+            Type::Typedef(_)
+            | Type::Const(_)
+            | Type::Volatile(_)
+            | Type::Restrict(_)
             | Type::TypeTag(_) => {
                 let next = btf.resolve_chained_type(
                     ty.as_btf_type()
@@ -105,12 +108,20 @@ fn find_struct(btf: &Btf, name: &str) -> Result<btf_rs::Struct, BtfError> {
 }
 
 /// Byte offset of `member` inside `s`, looking through anonymous structs and unions.
-fn member_in(btf: &Btf, s: &btf_rs::Struct, member: &str) -> Result<Option<(u32, Type, bool)>, BtfError> {
+fn member_in(
+    btf: &Btf,
+    s: &btf_rs::Struct,
+    member: &str,
+) -> Result<Option<(u32, Type, bool)>, BtfError> {
     for m in &s.members {
         let name = btf.resolve_name(m).unwrap_or_default();
         let ty = btf.resolve_chained_type(m)?;
         if name == member {
-            return Ok(Some((m.bit_offset(), strip(btf, ty)?, m.bitfield_size().is_some_and(|b| b != 0))));
+            return Ok(Some((
+                m.bit_offset(),
+                strip(btf, ty)?,
+                m.bitfield_size().is_some_and(|b| b != 0),
+            )));
         }
         if name.is_empty() {
             if let Type::Struct(inner) | Type::Union(inner) = strip(btf, ty)? {

@@ -15,7 +15,8 @@ use rdmatrace_common::config::ProbeConfig;
 use crate::collect::{Area, Hook, ProbeSpec, AREAS};
 
 /// The compiled kernel programs, embedded at build time.
-static PROBES_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rdmatrace-probes"));
+static PROBES_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rdmatrace-probes"));
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -91,7 +92,9 @@ pub struct AttachReport {
 
 impl AttachReport {
     pub fn attached(&self) -> impl Iterator<Item = &ProbeStatus> {
-        self.probes.iter().filter(|p| p.state == ProbeState::Attached)
+        self.probes
+            .iter()
+            .filter(|p| p.state == ProbeState::Attached)
     }
 
     pub fn any_rdma(&self) -> bool {
@@ -126,17 +129,25 @@ fn kprobes_supported() -> bool {
 
 fn is_permission(e: &aya::EbpfError) -> bool {
     let text = format!("{e:?}");
-    text.contains("PermissionDenied") || text.contains("EPERM") || text.contains("Operation not permitted")
+    text.contains("PermissionDenied")
+        || text.contains("EPERM")
+        || text.contains("Operation not permitted")
 }
 
 fn program_error(e: ProgramError) -> String {
     match e {
-        ProgramError::LoadError { io_error, verifier_log } => {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
             // The verdict is at the end of the log; the whole log is for developers.
             let log = verifier_log.to_string();
             let tail: Vec<&str> = log.lines().rev().take(4).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
-            format!("the verifier rejected it ({io_error}): {}", tail.join(" | "))
+            format!(
+                "the verifier rejected it ({io_error}): {}",
+                tail.join(" | ")
+            )
         }
         other => {
             let mut s = other.to_string();
@@ -168,8 +179,13 @@ fn attach_one(ebpf: &mut Ebpf, spec: &ProbeSpec, aya_btf: Option<&Btf>) -> Resul
             let btf = aya_btf.ok_or("kernel BTF unavailable")?;
             let p: &mut BtfTracePoint = prog.try_into().map_err(program_error)?;
             p.load(spec.target, btf).map_err(program_error)?;
-            p.attach()
-                .map_err(|e| format!("cannot attach to tp_btf/{}: {}", spec.target, program_error(e)))?;
+            p.attach().map_err(|e| {
+                format!(
+                    "cannot attach to tp_btf/{}: {}",
+                    spec.target,
+                    program_error(e)
+                )
+            })?;
         }
     }
     Ok(())
@@ -188,15 +204,19 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     for area in areas {
         match (area.resolve)(&mut kbtf, &mut cfg) {
             Ok(notes) => {
-                report.notes.extend(notes.into_iter().map(|n| format!("{}: {n}", area.name)));
+                report
+                    .notes
+                    .extend(notes.into_iter().map(|n| format!("{}: {n}", area.name)));
                 usable.push(area);
             }
-            Err(e) => report.probes.extend(area.probes.iter().map(|spec| ProbeStatus {
-                area: area.name,
-                rdma: area.rdma,
-                spec: *spec,
-                state: ProbeState::Off(e.to_string()),
-            })),
+            Err(e) => report
+                .probes
+                .extend(area.probes.iter().map(|spec| ProbeStatus {
+                    area: area.name,
+                    rdma: area.rdma,
+                    spec: *spec,
+                    state: ProbeState::Off(e.to_string()),
+                })),
         }
     }
 
@@ -211,7 +231,9 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
             }
         })?;
     {
-        let map = ebpf.map_mut("CONFIG").ok_or(LoadError::MissingMap("CONFIG"))?;
+        let map = ebpf
+            .map_mut("CONFIG")
+            .ok_or(LoadError::MissingMap("CONFIG"))?;
         let mut config: Array<_, ProbeConfig> = Array::try_from(map).map_err(LoadError::Config)?;
         config.set(0, cfg, 0).map_err(LoadError::Config)?;
     }
@@ -223,7 +245,12 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
                 Ok(()) => ProbeState::Attached,
                 Err(why) => ProbeState::Off(why),
             };
-            report.probes.push(ProbeStatus { area: area.name, rdma: area.rdma, spec: *spec, state });
+            report.probes.push(ProbeStatus {
+                area: area.name,
+                rdma: area.rdma,
+                spec: *spec,
+                state,
+            });
         }
     }
     if report.attached().next().is_none() {

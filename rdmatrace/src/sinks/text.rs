@@ -22,8 +22,7 @@ impl<W: Write> TextSink<W> {
     }
 }
 
-pub const HEADER: &str =
-    "TIME(UTC)    PID     COMM            DEV     QPN      EVENT   DETAILS";
+pub const HEADER: &str = "TIME(UTC)    PID     COMM            DEV     QPN      EVENT   DETAILS";
 
 fn state_name(s: Option<crate::event::QpState>) -> &'static str {
     s.map_or("?", |s| s.name())
@@ -108,7 +107,11 @@ pub fn line(rec: &Record) -> String {
         Body::QpModify { attrs, ret, .. } => ("modify", modify_details(attrs, *ret)),
         Body::QpDestroy { ret, .. } => (
             "destroy",
-            if *ret == 0 { String::new() } else { format!("FAILED {}", errno_text(*ret)) },
+            if *ret == 0 {
+                String::new()
+            } else {
+                format!("FAILED {}", errno_text(*ret))
+            },
         ),
         Body::ProcessExec { ppid } => ("exec", format!("ppid {ppid}")),
         Body::ProcessExit { exit_code, .. } => ("exit", exit_text(*exit_code)),
@@ -139,7 +142,11 @@ pub fn exit_text(status: i32) -> String {
     if sig == 0 {
         format!("code {}", (status >> 8) & 0xff)
     } else {
-        let core = if status & 0x80 != 0 { " (core dumped)" } else { "" };
+        let core = if status & 0x80 != 0 {
+            " (core dumped)"
+        } else {
+            ""
+        };
         format!("signal {sig}{core}")
     }
 }

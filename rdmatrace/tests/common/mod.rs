@@ -1,0 +1,150 @@
+//! Helpers shared by the integration tests: run the real `rdmatrace` binary, wait for its ready
+//! line, stop it with SIGINT, collect its JSON Lines.
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+pub const READY: &str = "Hit Ctrl-C to end.";
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rdmatrace")
+}
+
+/// Where the rdma-sys workloads were built (`cargo build -p rdmatrace-workloads`).
+pub fn workload(name: &str) -> PathBuf {
+    let dir = std::env::var_os("RDMATRACE_WORKLOADS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug"));
+    dir.join(name)
+}
+
+pub struct Running {
+    child: Child,
+    stdout: thread::JoinHandle<String>,
+    stderr: thread::JoinHandle<String>,
+}
+
+/// Starts `rdmatrace ARGS` and waits (up to `timeout`) for its ready line on stderr.
+pub fn start(args: &[&str], timeout: Duration) -> Running {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rdmatrace");
+    let mut out = child.stdout.take().expect("stdout");
+    let stdout = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    let stderr = thread::spawn(move || {
+        let mut all = String::new();
+        let mut sent = false;
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            if !sent && line.contains(READY) {
+                let _ = tx.send(());
+                sent = true;
+            }
+        }
+        all
+    });
+    let started = Instant::now();
+    match rx.recv_timeout(timeout) {
+        Ok(()) => {}
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = stderr.join().unwrap_or_default();
+            panic!(
+                "rdmatrace {args:?} not ready after {:?}; stderr:\n{err}",
+                started.elapsed()
+            );
+        }
+    }
+    Running {
+        child,
+        stdout,
+        stderr,
+    }
+}
+
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    /// Every stdout line parsed as JSON.
+    pub fn events(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+            .collect()
+    }
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGINT, then wait for a clean exit.
+    pub fn stop(self) -> Finished {
+        // SAFETY: kill(2) on our own child's pid with a valid signal number.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        self.wait()
+    }
+
+    pub fn wait(mut self) -> Finished {
+        let status = self.child.wait().expect("wait rdmatrace");
+        Finished {
+            status,
+            stdout: self.stdout.join().unwrap_or_default(),
+            stderr: self.stderr.join().unwrap_or_default(),
+        }
+    }
+}
+
+/// Runs `rdmatrace ARGS` to completion.
+pub fn run(args: &[&str]) -> Finished {
+    let out = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rdmatrace");
+    Finished {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Events of `type` whose data matches every `(key, value)`.
+pub fn select<'a>(events: &'a [Value], ty: &str, want: &[(&str, Value)]) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["type"] == ty)
+        .filter(|e| want.iter().all(|(k, v)| &e["data"][*k] == v))
+        .collect()
+}

@@ -1,0 +1,236 @@
+//! Lab tier: real RDMA programs on Soft-RoCE inside the lab VM, checked against what the
+//! programs print themselves. Run by `cargo xtask test` inside one lab boot; outside the lab
+//! these tests are ignored (cargo lists them as such).
+
+mod common;
+
+use std::{
+    process::{Command, Output, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use common::*;
+use serde_json::{json, Value};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
+
+fn in_lab() {
+    assert_eq!(
+        std::env::var("RDMATRACE_LAB").as_deref(),
+        Ok("1"),
+        "lab tests run inside the lab VM: cargo xtask test"
+    );
+}
+
+/// `local address:  LID 0x0000, QPN 0x000011, PSN ...` -> 0x11.
+fn local_qpn(output: &str) -> u32 {
+    let line = output
+        .lines()
+        .find(|l| l.contains("local address"))
+        .unwrap_or_else(|| panic!("no 'local address' line in:\n{output}"));
+    let hex = line
+        .split("QPN ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap_or_else(|| panic!("no QPN in {line:?}"));
+    u32::from_str_radix(hex.trim().trim_start_matches("0x"), 16).expect("QPN hex")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs an ibv_rc_pingpong pair (server on rxe1, client on rxe0 -> 192.0.2.2) and returns
+/// ((server pid, server output), (client pid, client output)).
+fn rc_pingpong() -> ((u32, String), (u32, String)) {
+    let server = Command::new("ibv_rc_pingpong")
+        .args(["-d", "rxe1", "-g", "1", "-n", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ibv_rc_pingpong server");
+    let server_pid = server.id();
+    // The server prints nothing until it exits (stdout is a pipe): retry the client until the
+    // server's TCP port accepts.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (client_pid, client_out) = loop {
+        sleep(Duration::from_millis(500));
+        let client = Command::new("ibv_rc_pingpong")
+            .args(["-d", "rxe0", "-g", "1", "-n", "20", "192.0.2.2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ibv_rc_pingpong client");
+        let pid = client.id();
+        let out = client.wait_with_output().expect("client output");
+        if out.status.success() {
+            break (pid, text(&out));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "client never connected: {}",
+            text(&out)
+        );
+    };
+    let server_out = server.wait_with_output().expect("server output");
+    assert!(
+        server_out.status.success(),
+        "server failed: {}",
+        text(&server_out)
+    );
+    ((server_pid, text(&server_out)), (client_pid, client_out))
+}
+
+/// Events about (dev, qpn) owned by pid, in time order.
+fn qp_events<'a>(events: &'a [Value], pid: u32, dev: &str, qpn: u32) -> Vec<&'a Value> {
+    let mut v: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["data"]["pid"] == json!(pid)
+                && e["data"]["dev"] == json!(dev)
+                && e["data"]["qpn"] == json!(qpn)
+        })
+        .collect();
+    v.sort_by_key(|e| e["data"]["ts_ns"].as_u64());
+    v
+}
+
+fn assert_lifecycle(events: &[Value], side: &str, pid: u32, dev: &str, qpn: u32, peer_qpn: u32) {
+    let evs = qp_events(events, pid, dev, qpn);
+    let summary: Vec<String> = evs
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}->{} ret {}",
+                e["type"], e["data"]["cur_state"], e["data"]["new_state"], e["data"]["ret"]
+            )
+        })
+        .collect();
+    let ctx = format!("{side} pid {pid} {dev} qpn {qpn:#x}: {summary:#?}");
+    assert!(!evs.is_empty(), "no events for {ctx}");
+    assert_eq!(evs[0]["type"], "qp_create", "{ctx}");
+    assert_eq!(evs[0]["data"]["ret"], 0, "{ctx}");
+    assert_eq!(evs[0]["data"]["qp_type"], "RC", "{ctx}");
+    assert_eq!(evs[0]["data"]["comm"], "ibv_rc_pingpong", "{ctx}");
+    let modifies: Vec<&&Value> = evs.iter().filter(|e| e["type"] == "qp_modify").collect();
+    let transitions: Vec<(String, String)> = modifies
+        .iter()
+        .map(|e| {
+            (
+                e["data"]["cur_state"].as_str().unwrap_or("?").to_string(),
+                e["data"]["new_state"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [("RESET", "INIT"), ("INIT", "RTR"), ("RTR", "RTS")]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(transitions, want, "{ctx}");
+    assert!(modifies.iter().all(|e| e["data"]["ret"] == 0), "{ctx}");
+    let rtr = modifies[1];
+    assert_eq!(
+        rtr["data"]["dest_qpn"],
+        json!(peer_qpn),
+        "RTR dest_qpn: {ctx}"
+    );
+    assert_eq!(
+        rtr["data"]["path_mtu"],
+        json!(1024),
+        "RTR path_mtu (ibv_rc_pingpong default): {ctx}"
+    );
+    let last = evs.last().expect("non-empty");
+    assert_eq!(last["type"], "qp_destroy", "destroy at exit: {ctx}");
+    assert_eq!(last["data"]["ret"], 0, "{ctx}");
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_rc_pingpong_lifecycle_matches_program_output() {
+    in_lab();
+    let all = start(&["trace", "--json"], READY_TIMEOUT);
+    let only_rxe1 = start(&["trace", "--json", "--dev", "rxe1"], READY_TIMEOUT);
+    let ((spid, sout), (cpid, cout)) = rc_pingpong();
+    sleep(Duration::from_millis(500));
+    let all = all.stop();
+    let only_rxe1 = only_rxe1.stop();
+    assert!(all.status.success(), "{}", all.stderr);
+    assert!(
+        !all.stderr.contains("qp probes off"),
+        "QP probes must attach in the lab: {}",
+        all.stderr
+    );
+    let (sqpn, cqpn) = (local_qpn(&sout), local_qpn(&cout));
+    let events = all.events();
+    assert_lifecycle(&events, "server", spid, "rxe1", sqpn, cqpn);
+    assert_lifecycle(&events, "client", cpid, "rxe0", cqpn, sqpn);
+
+    // The device filter keeps the server's QP and nothing of rxe0.
+    let filtered = only_rxe1.events();
+    assert!(
+        filtered.iter().all(|e| e["data"]["dev"] == "rxe1"),
+        "--dev rxe1 leaked: {filtered:#?}"
+    );
+    assert_lifecycle(&filtered, "server (--dev rxe1)", spid, "rxe1", sqpn, cqpn);
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_illegal_transition_reports_negative_errno() {
+    in_lab();
+    let tracer = start(
+        &["trace", "--json", "--comm", "rt-bad-modify"],
+        READY_TIMEOUT,
+    );
+    let out = Command::new(workload("rt-bad-modify"))
+        .args(["--dev", "rxe0"])
+        .output()
+        .expect("run rt-bad-modify");
+    let done = tracer.stop();
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    // rt-bad-modify: pid P dev D qpn 0xN RESET->RTS errno E
+    let words: Vec<&str> = printed.split_whitespace().collect();
+    let after = |k: &str| {
+        words
+            .iter()
+            .position(|w| *w == k)
+            .map(|i| words[i + 1])
+            .unwrap_or_else(|| panic!("no {k} in {printed}"))
+    };
+    let pid: u32 = after("pid").parse().expect("pid");
+    let dev = after("dev");
+    let qpn = u32::from_str_radix(after("qpn").trim_start_matches("0x"), 16).expect("qpn");
+    let errno: i32 = after("errno").parse().expect("errno");
+    assert_eq!(errno, libc::EINVAL, "{printed}");
+
+    let events = done.events();
+    let evs = qp_events(&events, pid, dev, qpn);
+    let bad: Vec<&&Value> = evs.iter().filter(|e| e["type"] == "qp_modify").collect();
+    assert_eq!(bad.len(), 1, "{evs:#?}");
+    assert_eq!(bad[0]["data"]["cur_state"], "RESET", "{evs:#?}");
+    assert_eq!(bad[0]["data"]["new_state"], "RTS", "{evs:#?}");
+    assert_eq!(bad[0]["data"]["ret"], json!(-errno), "{evs:#?}");
+    assert_eq!(
+        evs.first().map(|e| &e["type"]),
+        Some(&json!("qp_create")),
+        "{evs:#?}"
+    );
+    assert_eq!(
+        evs.last().map(|e| &e["type"]),
+        Some(&json!("qp_destroy")),
+        "{evs:#?}"
+    );
+    // The comm filter kept only this program.
+    assert!(
+        events
+            .iter()
+            .all(|e| e["data"]["comm"] == "rt-bad-modify" || e["type"] == "lost"),
+        "{events:#?}"
+    );
+}
