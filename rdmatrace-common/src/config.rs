@@ -2,14 +2,20 @@
 //! space resolved from this kernel's BTF. Nothing here is hard-coded for one kernel version; a
 //! field the kernel does not have is [`UNRESOLVED`](crate::limits::UNRESOLVED) and is not read.
 
+/// Report every process.
+pub const FILTER_ALL: u32 = 0;
+/// Report only processes whose thread-group id is a key of the `TRACED` map.
+pub const FILTER_TRACED: u32 = 1;
+
 /// Byte offsets of the struct members the programs read, plus argument positions of the probed
 /// functions. Every field is a `u32`; `UNRESOLVED` disables the read.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeConfig {
-    /// Only report events of this thread-group id (0: everything).
-    pub filter_pid: u32,
-    pub _pad: u32,
+    /// [`FILTER_ALL`] or [`FILTER_TRACED`].
+    pub filter_mode: u32,
+    /// Non-zero: add the children of traced processes to `TRACED` as they fork.
+    pub follow_forks: u32,
 
     // struct ib_qp
     pub qp_device: u32,
@@ -59,8 +65,8 @@ impl ProbeConfig {
     pub const fn unresolved() -> ProbeConfig {
         use crate::limits::UNRESOLVED as U;
         ProbeConfig {
-            filter_pid: 0,
-            _pad: 0,
+            filter_mode: FILTER_ALL,
+            follow_forks: 0,
             qp_device: U,
             qp_qp_num: U,
             qp_qp_type: U,

@@ -13,3 +13,5 @@ pub const MAX_INFLIGHT: u32 = 4096;
 /// Marks an offset or argument index that BTF could not resolve on this kernel: the program skips
 /// the read and the field stays at its "unknown" value.
 pub const UNRESOLVED: u32 = u32::MAX;
+/// How many processes a pid filter can follow (the traced command and its descendants).
+pub const MAX_TRACED: u32 = 8192;

@@ -4,9 +4,12 @@
 use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
 };
-use rdmatrace_common::{config::ProbeConfig, event::EventHeader};
+use rdmatrace_common::{
+    config::{ProbeConfig, FILTER_TRACED},
+    event::EventHeader,
+};
 
-use crate::maps::{CONFIG, EVENTS, LOST};
+use crate::maps::{CONFIG, EVENTS, LOST, TRACED};
 
 /// The config written by user space; `None` only if the map is missing its single entry.
 #[inline(always)]
@@ -17,7 +20,12 @@ pub fn config() -> Option<&'static ProbeConfig> {
 /// Whether the current task passes the kernel-side filter.
 #[inline(always)]
 pub fn wanted(cfg: &ProbeConfig) -> bool {
-    cfg.filter_pid == 0 || cfg.filter_pid == (bpf_get_current_pid_tgid() >> 32) as u32
+    if cfg.filter_mode != FILTER_TRACED {
+        return true;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: the value is only tested for presence.
+    unsafe { TRACED.get(tgid) }.is_some()
 }
 
 /// Fills `h` for the current task.

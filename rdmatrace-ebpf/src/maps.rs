@@ -7,7 +7,7 @@ use aya_ebpf::{
 use rdmatrace_common::{
     config::ProbeConfig,
     event::{QpDestroyEvent, QpModifyEvent},
-    limits::{MAX_INFLIGHT, RINGBUF_BYTES},
+    limits::{MAX_INFLIGHT, MAX_TRACED, RINGBUF_BYTES},
 };
 
 /// Every event goes here. User space may resize it before load (`--ringbuf-size`).
@@ -21,6 +21,11 @@ pub static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// Filter and BTF-resolved offsets; written once by user space before attaching.
 #[map]
 pub static CONFIG: Array<ProbeConfig> = Array::with_max_entries(1, 0);
+
+/// Thread-group ids to report when the config's filter mode is `FILTER_TRACED` (`--pid`, or a
+/// command run by `record -- CMD` and, with `follow_forks`, its descendants).
+#[map]
+pub static TRACED: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACED, 0);
 
 /// `ib_create_qp_user` entry arguments (device, init_attr) by pid_tgid, until it returns.
 #[map]

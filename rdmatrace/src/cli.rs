@@ -5,6 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
+    commands::record::RecordConfig,
     config::{Format, TraceConfig},
     correlate::filter::Filter,
 };
@@ -24,6 +25,52 @@ pub struct Cli {
 pub enum Command {
     /// Print RDMA control-path events live, one line each (bcc style) or as JSON Lines.
     Trace(TraceArgs),
+    /// Record every event to a file (crash-safe), for `trace --input` and `report` later.
+    Record(RecordArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Recording to write (mode 0600).
+    #[arg(long, short = 'o')]
+    pub output: PathBuf,
+    /// Stop after this many seconds.
+    #[arg(long, short = 'd')]
+    pub duration: Option<f64>,
+    /// Only this process (and nothing else); filtered in the kernel.
+    #[arg(long, short = 'p', conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Ring buffer size in bytes (power of two, at least 4096).
+    #[arg(long, default_value_t = rdmatrace_common::limits::RINGBUF_BYTES, value_parser = parse_ringbuf)]
+    pub ringbuf_size: u32,
+    #[arg(long, default_value = "/sys/kernel/btf", hide = true)]
+    pub btf_dir: PathBuf,
+    /// Run this command and record it and its descendants until it exits.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+fn duration(d: Option<f64>) -> Result<Option<Duration>, String> {
+    match d {
+        Some(d) if !(d > 0.0 && d.is_finite()) => {
+            Err(format!("--duration must be a positive number of seconds, not {d}"))
+        }
+        Some(d) => Ok(Some(Duration::from_secs_f64(d))),
+        None => Ok(None),
+    }
+}
+
+impl RecordArgs {
+    pub fn to_config(&self) -> Result<RecordConfig, String> {
+        Ok(RecordConfig {
+            output: self.output.clone(),
+            duration: duration(self.duration)?,
+            pid: self.pid,
+            command: self.command.clone(),
+            ringbuf_bytes: self.ringbuf_size,
+            btf_dir: self.btf_dir.clone(),
+        })
+    }
 }
 
 #[derive(Args, Debug)]
@@ -52,6 +99,9 @@ pub struct TraceArgs {
     /// Where the kernel's BTF lives.
     #[arg(long, default_value = "/sys/kernel/btf", hide = true)]
     pub btf_dir: PathBuf,
+    /// Replay a recording (from `rdmatrace record`) instead of tracing live; needs no privileges.
+    #[arg(long, short = 'i')]
+    pub input: Option<PathBuf>,
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {

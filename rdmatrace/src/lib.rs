@@ -14,5 +14,6 @@ pub mod decode;
 pub mod event;
 pub mod loader;
 pub mod pipeline;
+pub mod recording;
 pub mod sinks;
 pub mod source;

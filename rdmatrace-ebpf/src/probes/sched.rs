@@ -7,12 +7,13 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use rdmatrace_common::{
-    config::ProbeConfig,
+    config::{ProbeConfig, FILTER_TRACED},
     event::{EventKind, ProcessEvent},
 };
 
 use crate::{
     emit::{config, header, output, wanted},
+    maps::TRACED,
     read,
 };
 
@@ -26,6 +27,27 @@ fn process_event(cfg: &ProbeConfig, kind: EventKind) -> ProcessEvent {
     let parent = read::field::<u64>(task, cfg.task_real_parent).unwrap_or(0);
     ev.ppid = read::field::<u32>(parent, cfg.task_tgid).unwrap_or(0);
     ev
+}
+
+/// `sched_process_fork(parent, child)`: a child of a traced process is traced too.
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn process_fork(ctx: BtfTracePointContext) -> u32 {
+    try_process_fork(&ctx).unwrap_or(0)
+}
+
+fn try_process_fork(ctx: &BtfTracePointContext) -> Option<u32> {
+    let cfg = config()?;
+    if cfg.filter_mode != FILTER_TRACED || cfg.follow_forks == 0 {
+        return None;
+    }
+    let parent: u64 = ctx.arg(0);
+    let child: u64 = ctx.arg(1);
+    let parent_tgid = read::field::<u32>(parent, cfg.task_tgid)?;
+    // SAFETY: only tested for presence.
+    unsafe { TRACED.get(parent_tgid) }?;
+    let child_tgid = read::field::<u32>(child, cfg.task_tgid)?;
+    TRACED.insert(child_tgid, 1, 0).ok()?;
+    Some(0)
 }
 
 #[btf_tracepoint(function = "sched_process_exec")]
@@ -59,5 +81,8 @@ fn try_process_exit() -> Option<u32> {
     let task = unsafe { bpf_get_current_task() };
     ev.exit_code = read::field::<i32>(task, cfg.task_exit_code).unwrap_or(0);
     output(&ev);
+    if cfg.filter_mode == FILTER_TRACED {
+        let _ = TRACED.remove((id >> 32) as u32);
+    }
     Some(0)
 }

@@ -10,6 +10,11 @@ pub const AREA: Area = Area {
     rdma: false,
     probes: &[
         ProbeSpec {
+            program: "process_fork",
+            hook: Hook::BtfTracepoint,
+            target: "sched_process_fork",
+        },
+        ProbeSpec {
             program: "process_exec",
             hook: Hook::BtfTracepoint,
             target: "sched_process_exec",

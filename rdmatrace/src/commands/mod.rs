@@ -1,2 +1,4 @@
 //! One file per subcommand: each wires loader, source, pipeline and sinks for its job.
+pub mod live;
+pub mod record;
 pub mod trace;

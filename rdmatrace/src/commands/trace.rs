@@ -1,22 +1,21 @@
-//! `rdmatrace trace`: live lines (text or JSON Lines) until Ctrl-C, SIGTERM or `--duration`.
+//! `rdmatrace trace`: live lines (text or JSON Lines) until Ctrl-C, SIGTERM or `--duration`;
+//! with `--input FILE`, the same output from a recording, without privileges.
 
 use std::{
     io::{self, ErrorKind},
+    path::Path,
     process::ExitCode,
-    time::Duration,
 };
 
 use anyhow::Context as _;
-use tokio::{
-    signal::unix::{signal, SignalKind},
-    time::{interval, sleep, Instant, MissedTickBehavior},
-};
 
 use crate::{
-    clock::{monotonic_ns, ClockAnchor},
+    clock::ClockAnchor,
+    commands::live::{self, Consumer},
     config::{Format, TraceConfig},
     loader::{self, LoadOptions},
     pipeline::Pipeline,
+    recording::{reader::Recording, Entry},
     sinks::{jsonl::JsonlSink, text::TextSink, Sink},
     source::RingSource,
 };
@@ -31,92 +30,77 @@ pub fn sink_for(format: Format) -> Box<dyn Sink> {
     }
 }
 
-enum Wake {
-    Stop,
-    Tick,
-    Data,
+impl Consumer for Pipeline {
+    fn raw(&mut self, bytes: &[u8]) {
+        self.push_raw(bytes);
+    }
+    fn lost(&mut self, count: u64, ts_ns: u64) {
+        Pipeline::lost(self, count, ts_ns);
+    }
+    fn broken(&self) -> bool {
+        self.write_error.is_some()
+    }
 }
 
-pub fn run(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the tokio runtime")?;
-    rt.block_on(run_async(cfg))
+pub fn run(cfg: &TraceConfig, input: Option<&Path>) -> anyhow::Result<ExitCode> {
+    match input {
+        Some(path) => replay(cfg, path),
+        None => live::runtime()?.block_on(run_live(cfg)),
+    }
 }
 
-async fn run_async(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
-    let opts = LoadOptions {
-        btf_dir: cfg.btf_dir.clone(),
-        filter_pid: cfg.filter.pid.unwrap_or(0),
-        ringbuf_bytes: cfg.ringbuf_bytes,
-    };
-    let mut tracer = loader::load(&opts, loader::all_areas())?;
-    for line in tracer.report.off_lines() {
-        eprintln!("rdmatrace: {line}");
-    }
-    for note in &tracer.report.notes {
-        eprintln!("rdmatrace: note: {note}");
-    }
-    if !tracer.report.any_rdma() {
-        eprintln!(
-            "rdmatrace: no RDMA probe point exists on this kernel (see above); \
-             tracing process events only"
-        );
-    }
-    let mut source = RingSource::new(&mut tracer)?;
-    let mut pipeline = Pipeline::new(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format));
-    pipeline.sink.start().context("cannot write output")?;
-    eprintln!("{READY_LINE}");
-
-    let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
-    let deadline = cfg.duration.map(|d| Instant::now() + d);
-    let mut tick = interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-
-    loop {
-        let wake = tokio::select! {
-            _ = sigint.recv() => Wake::Stop,
-            _ = sigterm.recv() => Wake::Stop,
-            _ = async { sleep(deadline.map_or(Duration::MAX, |d| d - Instant::now())).await },
-                if deadline.is_some() => Wake::Stop,
-            _ = tick.tick() => Wake::Tick,
-            r = source.wait_readable() => { r?; Wake::Data }
-        };
-        match wake {
-            Wake::Stop => break,
-            Wake::Tick => pipeline.lost(source.lost_since_last(), monotonic_ns()),
-            Wake::Data => {
-                source.drain_now(&mut |b| pipeline.push_raw(b));
-            }
-        }
-        if pipeline.write_error.is_some() {
-            break;
-        }
-    }
-    source.drain_now(&mut |b| pipeline.push_raw(b));
-    pipeline.lost(source.lost_since_last(), monotonic_ns());
-    let lost = source.lost_total();
+/// Output errors end the command; a closed pipe is a normal way to stop.
+fn finish(pipeline: &mut Pipeline) -> anyhow::Result<()> {
     let _ = pipeline.sink.finish();
-
     if let Some(e) = pipeline.write_error.take() {
         if e.kind() != ErrorKind::BrokenPipe {
             return Err(e).context("cannot write output");
         }
     }
     if let Some(e) = &pipeline.first_decode_error {
-        eprintln!(
-            "rdmatrace: {} records could not be decoded (first: {e})",
-            pipeline.decode_errors
-        );
+        eprintln!("rdmatrace: {} records could not be decoded (first: {e})", pipeline.decode_errors);
     }
+    Ok(())
+}
+
+async fn run_live(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
+    let opts = LoadOptions {
+        btf_dir: cfg.btf_dir.clone(),
+        traced_pids: cfg.filter.pid.map(|p| vec![p]),
+        follow_forks: false,
+        ringbuf_bytes: cfg.ringbuf_bytes,
+    };
+    let mut tracer = loader::load(&opts, loader::all_areas())?;
+    live::announce(&tracer.report);
+    let mut source = RingSource::new(&mut tracer)?;
+    let mut pipeline = Pipeline::new(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format));
+    pipeline.sink.start().context("cannot write output")?;
+    eprintln!("{READY_LINE}");
+    live::run(&mut source, &mut pipeline, cfg.duration, None).await?;
+    let lost = source.lost_total();
+    finish(&mut pipeline)?;
     eprintln!("rdmatrace: {} events, {lost} lost", pipeline.events);
-    if lost > 0 {
-        eprintln!(
-            "rdmatrace: {lost} events were dropped because the ring buffer was full; \
-             consider a larger ring buffer (--ringbuf-size)"
-        );
-    }
+    live::loss_advice(lost);
     Ok(ExitCode::SUCCESS)
+}
+
+fn replay(cfg: &TraceConfig, path: &Path) -> anyhow::Result<ExitCode> {
+    let rec = Recording::open(path)?;
+    let anchor = ClockAnchor::fixed(i128::from(rec.header.clock_offset_ns));
+    let mut pipeline = Pipeline::new(anchor, cfg.filter.clone(), sink_for(cfg.format));
+    pipeline.sink.start().context("cannot write output")?;
+    let problems = rec.replay(|entry| match entry {
+        Entry::Event(bytes) => pipeline.push_raw(bytes),
+        Entry::Lost { ts_ns, count } => pipeline.lost(count, ts_ns),
+    });
+    finish(&mut pipeline)?;
+    for p in &problems {
+        eprintln!("rdmatrace: {}: {p}", path.display());
+    }
+    // Damage inside the file is reported, and everything intact was printed; an incomplete
+    // tail alone (a recorder killed with -9) is normal.
+    let damaged = problems
+        .iter()
+        .any(|p| !matches!(p, crate::recording::reader::ChunkProblem::Truncated { .. }));
+    Ok(if damaged { ExitCode::from(2) } else { ExitCode::SUCCESS })
 }

@@ -51,8 +51,11 @@ pub enum LoadError {
 pub struct LoadOptions {
     /// Normally `/sys/kernel/btf`.
     pub btf_dir: PathBuf,
-    /// Kernel-side pid filter (0: all).
-    pub filter_pid: u32,
+    /// Kernel-side process filter: `None` reports every process; `Some(pids)` only these (more
+    /// can be added after load with [`Tracer::trace_pid`]).
+    pub traced_pids: Option<Vec<u32>>,
+    /// Also trace the descendants of traced processes as they fork.
+    pub follow_forks: bool,
     /// Ring buffer size in bytes (power of two, >= page size).
     pub ringbuf_bytes: u32,
 }
@@ -61,7 +64,8 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             btf_dir: PathBuf::from("/sys/kernel/btf"),
-            filter_pid: 0,
+            traced_pids: None,
+            follow_forks: false,
             ringbuf_bytes: rdmatrace_common::limits::RINGBUF_BYTES,
         }
     }
@@ -198,7 +202,10 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         source,
     })?;
     let mut cfg = ProbeConfig::unresolved();
-    cfg.filter_pid = opts.filter_pid;
+    if opts.traced_pids.is_some() {
+        cfg.filter_mode = rdmatrace_common::config::FILTER_TRACED;
+        cfg.follow_forks = u32::from(opts.follow_forks);
+    }
     let mut report = AttachReport::default();
     let mut usable: Vec<&Area> = Vec::new();
     for area in areas {
@@ -238,6 +245,10 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         config.set(0, cfg, 0).map_err(LoadError::Config)?;
     }
 
+    for pid in opts.traced_pids.iter().flatten() {
+        insert_traced(&mut ebpf, *pid)?;
+    }
+
     let aya_btf = Btf::from_sys_fs().ok();
     for area in usable {
         for spec in area.probes {
@@ -257,6 +268,28 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         return Err(LoadError::NothingAttached(report.off_lines().join("\n")));
     }
     Ok(Tracer { ebpf, report })
+}
+
+fn insert_traced(ebpf: &mut Ebpf, pid: u32) -> Result<(), LoadError> {
+    let map = ebpf.map_mut("TRACED").ok_or(LoadError::MissingMap("TRACED"))?;
+    let mut traced: aya::maps::HashMap<_, u32, u32> =
+        aya::maps::HashMap::try_from(map).map_err(LoadError::Config)?;
+    traced.insert(pid, 1, 0).map_err(LoadError::Config)
+}
+
+impl Tracer {
+    /// Adds a process to the kernel-side filter set.
+    pub fn trace_pid(&mut self, pid: u32) -> Result<(), LoadError> {
+        insert_traced(&mut self.ebpf, pid)
+    }
+
+    /// Removes a process from the kernel-side filter set.
+    pub fn untrace_pid(&mut self, pid: u32) -> Result<(), LoadError> {
+        let map = self.ebpf.map_mut("TRACED").ok_or(LoadError::MissingMap("TRACED"))?;
+        let mut traced: aya::maps::HashMap<_, u32, u32> =
+            aya::maps::HashMap::try_from(map).map_err(LoadError::Config)?;
+        traced.remove(&pid).map_err(LoadError::Config)
+    }
 }
 
 /// Every area the tool knows.

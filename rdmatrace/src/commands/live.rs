@@ -1,0 +1,116 @@
+//! The live loop shared by `trace` and `record`: wait on the ring buffer, a 1 s tick (loss
+//! accounting, periodic flushes), signals, `--duration` and, for `record -- CMD`, the command.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::{
+    signal::unix::{signal, SignalKind},
+    time::{interval, sleep, Instant, MissedTickBehavior},
+};
+
+use crate::{clock::monotonic_ns, source::RingSource};
+
+/// What the live loop feeds.
+pub trait Consumer {
+    /// One raw ring-buffer record.
+    fn raw(&mut self, bytes: &[u8]);
+    /// `count` events were dropped by the kernel (reported at most once per tick).
+    fn lost(&mut self, count: u64, ts_ns: u64);
+    /// Once a second.
+    fn tick(&mut self) {}
+    /// Whether the consumer cannot go on (e.g. its output is closed).
+    fn broken(&self) -> bool;
+}
+
+/// Why the loop ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum End {
+    Signal,
+    Duration,
+    /// The command run under `record -- CMD` exited with this wait status.
+    CommandExited(std::process::ExitStatus),
+    OutputClosed,
+}
+
+enum Wake {
+    End(End),
+    Tick,
+    Data,
+}
+
+pub async fn run(
+    source: &mut RingSource,
+    consumer: &mut impl Consumer,
+    duration: Option<Duration>,
+    mut command: Option<&mut tokio::process::Child>,
+) -> anyhow::Result<End> {
+    let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let deadline = duration.map(|d| Instant::now() + d);
+    let mut tick = interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let end = loop {
+        let wake = tokio::select! {
+            _ = sigint.recv() => Wake::End(End::Signal),
+            _ = sigterm.recv() => Wake::End(End::Signal),
+            _ = async { sleep(deadline.map_or(Duration::MAX, |d| d - Instant::now())).await },
+                if deadline.is_some() => Wake::End(End::Duration),
+            status = async { command.as_mut().map(|c| c.wait()).expect("guarded").await },
+                if command.is_some() => Wake::End(End::CommandExited(status.context("cannot wait for the command")?)),
+            _ = tick.tick() => Wake::Tick,
+            r = source.wait_readable() => { r?; Wake::Data }
+        };
+        match wake {
+            Wake::End(end) => break end,
+            Wake::Tick => {
+                consumer.lost(source.lost_since_last(), monotonic_ns());
+                consumer.tick();
+            }
+            Wake::Data => {
+                source.drain_now(&mut |b| consumer.raw(b));
+            }
+        }
+        if consumer.broken() {
+            break End::OutputClosed;
+        }
+    };
+    // Whatever is still in the ring buffer belongs to the trace.
+    source.drain_now(&mut |b| consumer.raw(b));
+    consumer.lost(source.lost_since_last(), monotonic_ns());
+    Ok(end)
+}
+
+/// The runtime every live command uses: one thread is plenty for a ring buffer.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")
+}
+
+/// Prints the probe report the way every live command does.
+pub fn announce(report: &crate::loader::AttachReport) {
+    for line in report.off_lines() {
+        eprintln!("rdmatrace: {line}");
+    }
+    for note in &report.notes {
+        eprintln!("rdmatrace: note: {note}");
+    }
+    if !report.any_rdma() {
+        eprintln!(
+            "rdmatrace: no RDMA probe point exists on this kernel (see above); \
+             tracing process events only"
+        );
+    }
+}
+
+/// The loss advice at exit.
+pub fn loss_advice(lost: u64) {
+    if lost > 0 {
+        eprintln!(
+            "rdmatrace: {lost} events were dropped because the ring buffer was full; \
+             consider a larger ring buffer (--ringbuf-size)"
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! `rdmatrace record -o FILE [--duration S] [--pid P] [-- CMD ARGS...]`: every event into a
+//! recording (crash-safe chunks, see `recording`), for `trace --input`, `report`, ... later.
+//! With CMD: run it, trace it and its descendants until it exits, and exit with its status.
+
+use std::{
+    io,
+    path::PathBuf,
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::{bail, Context as _};
+
+use crate::{
+    clock::ClockAnchor,
+    commands::live::{self, Consumer, End},
+    loader::{self, LoadOptions},
+    recording::{writer::RecordingWriter, Header},
+    source::RingSource,
+};
+
+#[derive(Clone, Debug)]
+pub struct RecordConfig {
+    pub output: PathBuf,
+    pub duration: Option<Duration>,
+    pub pid: Option<u32>,
+    pub command: Vec<String>,
+    pub ringbuf_bytes: u32,
+    pub btf_dir: PathBuf,
+}
+
+pub const READY_LINE: &str = "Recording RDMA events... Hit Ctrl-C to end.";
+
+struct Recorder {
+    writer: RecordingWriter<std::fs::File>,
+    error: Option<io::Error>,
+}
+
+impl Recorder {
+    fn check(&mut self, r: io::Result<()>) {
+        if let Err(e) = r {
+            self.error.get_or_insert(e);
+        }
+    }
+}
+
+impl Consumer for Recorder {
+    fn raw(&mut self, bytes: &[u8]) {
+        let r = self.writer.event(bytes);
+        self.check(r);
+    }
+    fn lost(&mut self, count: u64, ts_ns: u64) {
+        let r = self.writer.lost(ts_ns, count);
+        self.check(r);
+    }
+    /// At most a second of events is only in memory: a kill -9 loses no more.
+    fn tick(&mut self) {
+        let r = self.writer.flush_chunk();
+        self.check(r);
+    }
+    fn broken(&self) -> bool {
+        self.error.is_some()
+    }
+}
+
+fn read_proc(path: &str) -> String {
+    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
+    live::runtime()?.block_on(run_async(cfg))
+}
+
+async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
+    // For a command: trace ourselves with fork-following on, so the kernel adds the command
+    // at fork time (before it can issue a single verb); we leave the set right after spawning.
+    let me = std::process::id();
+    let traced = match (cfg.pid, cfg.command.is_empty()) {
+        (Some(p), _) => Some(vec![p]),
+        (None, false) => Some(vec![me]),
+        (None, true) => None,
+    };
+    let opts = LoadOptions {
+        btf_dir: cfg.btf_dir.clone(),
+        follow_forks: !cfg.command.is_empty(),
+        traced_pids: traced,
+        ringbuf_bytes: cfg.ringbuf_bytes,
+    };
+    let mut tracer = loader::load(&opts, loader::all_areas())?;
+    live::announce(&tracer.report);
+    let anchor = ClockAnchor::now();
+    let header = Header {
+        tool: format!("rdmatrace {}", env!("CARGO_PKG_VERSION")),
+        hostname: read_proc("/proc/sys/kernel/hostname"),
+        kernel: read_proc("/proc/sys/kernel/osrelease"),
+        endian: if cfg!(target_endian = "little") { "little" } else { "big" }.into(),
+        clock_offset_ns: i64::try_from(anchor.offset_ns).context("clock offset out of range")?,
+        probes: tracer
+            .report
+            .probes
+            .iter()
+            .map(|p| format!("{} {} {} {:?}", p.area, p.spec.program, p.spec.target, p.state))
+            .collect(),
+        command: (!cfg.command.is_empty()).then(|| cfg.command.clone()),
+    };
+    let writer = RecordingWriter::create(&cfg.output, &header)
+        .with_context(|| format!("cannot create {}", cfg.output.display()))?;
+    let mut recorder = Recorder { writer, error: None };
+    let mut source = RingSource::new(&mut tracer)?;
+
+    let mut child = None;
+    if let Some((prog, args)) = cfg.command.split_first() {
+        let spawned = tokio::process::Command::new(prog)
+            .args(args)
+            .spawn()
+            .with_context(|| format!("cannot run {prog}"));
+        tracer.untrace_pid(me)?;
+        child = Some(spawned?);
+    }
+    eprintln!("{READY_LINE}");
+    let end = live::run(&mut source, &mut recorder, cfg.duration, child.as_mut()).await?;
+    let lost = source.lost_total();
+    let events = recorder.writer.events;
+    if let Some(e) = recorder.error.take() {
+        bail!("cannot write {}: {e}", cfg.output.display());
+    }
+    let (file, bytes) = recorder
+        .writer
+        .finish()
+        .with_context(|| format!("cannot write {}", cfg.output.display()))?;
+    file.sync_all().with_context(|| format!("cannot sync {}", cfg.output.display()))?;
+    eprintln!("rdmatrace: {events} events, {lost} lost, recorded to {} ({bytes} bytes)", cfg.output.display());
+    live::loss_advice(lost);
+    Ok(match end {
+        End::CommandExited(status) => {
+            ExitCode::from(status.code().map_or(128 + status_signal(&status), |c| c.clamp(0, 255)) as u8)
+        }
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+fn status_signal(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    status.signal().unwrap_or(0)
+}
