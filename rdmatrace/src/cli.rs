@@ -52,9 +52,9 @@ pub struct RecordArgs {
 
 fn duration(d: Option<f64>) -> Result<Option<Duration>, String> {
     match d {
-        Some(d) if !(d > 0.0 && d.is_finite()) => {
-            Err(format!("--duration must be a positive number of seconds, not {d}"))
-        }
+        Some(d) if !(d > 0.0 && d.is_finite()) => Err(format!(
+            "--duration must be a positive number of seconds, not {d}"
+        )),
         Some(d) => Ok(Some(Duration::from_secs_f64(d))),
         None => Ok(None),
     }

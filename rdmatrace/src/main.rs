@@ -10,9 +10,10 @@ use rdmatrace::{
 fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Trace(args) => {
-            commands::trace::run(&args.to_config().map_err(|e| anyhow!(e))?, args.input.as_deref())
-        }
+        Command::Trace(args) => commands::trace::run(
+            &args.to_config().map_err(|e| anyhow!(e))?,
+            args.input.as_deref(),
+        ),
         Command::Record(args) => commands::record::run(&args.to_config().map_err(|e| anyhow!(e))?),
     }
 }

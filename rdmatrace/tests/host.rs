@@ -73,3 +73,81 @@ fn bad_arguments_are_rejected_before_loading() {
     assert!(!out.status.success());
     assert!(out.stderr.contains("power of two"), "{}", out.stderr);
 }
+
+#[test]
+fn record_a_command_then_replay_it_without_root() {
+    if !is_root() {
+        eprintln!("record needs root: covered by the replay tests only here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rdmatrace-rec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let file = dir.join("cmd.rdmt");
+    let f = file.to_str().expect("utf8");
+    let out = run(&[
+        "record",
+        "-o",
+        f,
+        "--",
+        "/bin/sh",
+        "-c",
+        "/bin/true; exit 3",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "record exits with the command's status: {}",
+        out.stderr
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&file)
+        .expect("recording")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let replay = run(&["trace", "--input", f, "--json"]);
+    assert!(replay.status.success(), "{}", replay.stderr);
+    let events = replay.events();
+    // Only the command and its descendants: sh, then true.
+    let execs: Vec<&str> = select(&events, "process_exec", &[])
+        .iter()
+        .filter_map(|e| e["data"]["comm"].as_str())
+        .collect();
+    assert_eq!(execs, ["sh", "true"], "{events:#?}");
+    let exits = select(&events, "process_exit", &[("comm", json!("sh"))]);
+    assert_eq!(exits.len(), 1);
+    assert_eq!(
+        exits[0]["data"]["exit_code"],
+        json!(3 << 8),
+        "wait status of exit(3)"
+    );
+}
+
+#[test]
+fn a_recorder_killed_with_sigkill_leaves_a_replayable_file() {
+    if !is_root() {
+        eprintln!("record needs root: skipped here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rdmatrace-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let file = dir.join("killed.rdmt");
+    let f = file.to_str().expect("utf8");
+    let rec = start(&["record", "-o", f], Duration::from_secs(60));
+    for _ in 0..5 {
+        Command::new("/bin/true").status().expect("true");
+    }
+    // The recorder flushes a chunk every second.
+    std::thread::sleep(Duration::from_millis(2500));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(rec.pid() as i32, libc::SIGKILL) };
+    let _ = rec.wait();
+    let replay = run(&["trace", "--input", f, "--json", "--comm", "true"]);
+    assert!(replay.status.success(), "{}", replay.stderr);
+    let execs = select(&replay.events(), "process_exec", &[]).len();
+    assert!(
+        execs >= 5,
+        "the 5 execs before the kill were flushed: got {execs}"
+    );
+}

@@ -2,12 +2,7 @@
 //! recording (crash-safe chunks, see `recording`), for `trace --input`, `report`, ... later.
 //! With CMD: run it, trace it and its descendants until it exits, and exit with its status.
 
-use std::{
-    io,
-    path::PathBuf,
-    process::ExitCode,
-    time::Duration,
-};
+use std::{io, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::{bail, Context as _};
 
@@ -64,7 +59,9 @@ impl Consumer for Recorder {
 }
 
 fn read_proc(path: &str) -> String {
-    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
@@ -93,19 +90,32 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         tool: format!("rdmatrace {}", env!("CARGO_PKG_VERSION")),
         hostname: read_proc("/proc/sys/kernel/hostname"),
         kernel: read_proc("/proc/sys/kernel/osrelease"),
-        endian: if cfg!(target_endian = "little") { "little" } else { "big" }.into(),
+        endian: if cfg!(target_endian = "little") {
+            "little"
+        } else {
+            "big"
+        }
+        .into(),
         clock_offset_ns: i64::try_from(anchor.offset_ns).context("clock offset out of range")?,
         probes: tracer
             .report
             .probes
             .iter()
-            .map(|p| format!("{} {} {} {:?}", p.area, p.spec.program, p.spec.target, p.state))
+            .map(|p| {
+                format!(
+                    "{} {} {} {:?}",
+                    p.area, p.spec.program, p.spec.target, p.state
+                )
+            })
             .collect(),
         command: (!cfg.command.is_empty()).then(|| cfg.command.clone()),
     };
     let writer = RecordingWriter::create(&cfg.output, &header)
         .with_context(|| format!("cannot create {}", cfg.output.display()))?;
-    let mut recorder = Recorder { writer, error: None };
+    let mut recorder = Recorder {
+        writer,
+        error: None,
+    };
     let mut source = RingSource::new(&mut tracer)?;
 
     let mut child = None;
@@ -128,13 +138,19 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         .writer
         .finish()
         .with_context(|| format!("cannot write {}", cfg.output.display()))?;
-    file.sync_all().with_context(|| format!("cannot sync {}", cfg.output.display()))?;
-    eprintln!("rdmatrace: {events} events, {lost} lost, recorded to {} ({bytes} bytes)", cfg.output.display());
+    file.sync_all()
+        .with_context(|| format!("cannot sync {}", cfg.output.display()))?;
+    eprintln!(
+        "rdmatrace: {events} events, {lost} lost, recorded to {} ({bytes} bytes)",
+        cfg.output.display()
+    );
     live::loss_advice(lost);
     Ok(match end {
-        End::CommandExited(status) => {
-            ExitCode::from(status.code().map_or(128 + status_signal(&status), |c| c.clamp(0, 255)) as u8)
-        }
+        End::CommandExited(status) => ExitCode::from(
+            status
+                .code()
+                .map_or(128 + status_signal(&status), |c| c.clamp(0, 255)) as u8,
+        ),
         _ => ExitCode::SUCCESS,
     })
 }

@@ -58,7 +58,10 @@ fn finish(pipeline: &mut Pipeline) -> anyhow::Result<()> {
         }
     }
     if let Some(e) = &pipeline.first_decode_error {
-        eprintln!("rdmatrace: {} records could not be decoded (first: {e})", pipeline.decode_errors);
+        eprintln!(
+            "rdmatrace: {} records could not be decoded (first: {e})",
+            pipeline.decode_errors
+        );
     }
     Ok(())
 }
@@ -102,5 +105,9 @@ fn replay(cfg: &TraceConfig, path: &Path) -> anyhow::Result<ExitCode> {
     let damaged = problems
         .iter()
         .any(|p| !matches!(p, crate::recording::reader::ChunkProblem::Truncated { .. }));
-    Ok(if damaged { ExitCode::from(2) } else { ExitCode::SUCCESS })
+    Ok(if damaged {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -271,7 +271,9 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
 }
 
 fn insert_traced(ebpf: &mut Ebpf, pid: u32) -> Result<(), LoadError> {
-    let map = ebpf.map_mut("TRACED").ok_or(LoadError::MissingMap("TRACED"))?;
+    let map = ebpf
+        .map_mut("TRACED")
+        .ok_or(LoadError::MissingMap("TRACED"))?;
     let mut traced: aya::maps::HashMap<_, u32, u32> =
         aya::maps::HashMap::try_from(map).map_err(LoadError::Config)?;
     traced.insert(pid, 1, 0).map_err(LoadError::Config)
@@ -285,7 +287,10 @@ impl Tracer {
 
     /// Removes a process from the kernel-side filter set.
     pub fn untrace_pid(&mut self, pid: u32) -> Result<(), LoadError> {
-        let map = self.ebpf.map_mut("TRACED").ok_or(LoadError::MissingMap("TRACED"))?;
+        let map = self
+            .ebpf
+            .map_mut("TRACED")
+            .ok_or(LoadError::MissingMap("TRACED"))?;
         let mut traced: aya::maps::HashMap<_, u32, u32> =
             aya::maps::HashMap::try_from(map).map_err(LoadError::Config)?;
         traced.remove(&pid).map_err(LoadError::Config)

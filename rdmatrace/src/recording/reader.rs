@@ -4,7 +4,10 @@
 
 use std::{fmt, path::Path};
 
-use super::{Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MAX_CHUNK, TAG_EVENT, TAG_LOST, VERSION};
+use super::{
+    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MAX_CHUNK, TAG_EVENT, TAG_LOST,
+    VERSION,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -14,12 +17,18 @@ pub enum ReadError {
         #[source]
         source: std::io::Error,
     },
-    #[error("not an rdmatrace recording: offset 0 has {found:02x?}, expected the magic \"RDMATRC\\0\"")]
+    #[error(
+        "not an rdmatrace recording: offset 0 has {found:02x?}, expected the magic \"RDMATRC\\0\""
+    )]
     BadMagic { found: Vec<u8> },
     #[error("recording format version {found} at offset 8 is not supported (this rdmatrace reads version {VERSION})")]
     Version { found: u32 },
     #[error("recording header truncated: offset {offset} needs {need} bytes, the file has {have}")]
-    ShortHeader { offset: usize, need: usize, have: usize },
+    ShortHeader {
+        offset: usize,
+        need: usize,
+        have: usize,
+    },
     #[error("recording header at offset 16 is not valid JSON: {0}")]
     Header(#[source] serde_json::Error),
 }
@@ -28,13 +37,31 @@ pub enum ReadError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChunkProblem {
     /// The file ends inside a chunk (a recorder killed mid-write): the tail is ignored.
-    Truncated { offset: usize, need: usize, have: usize },
+    Truncated {
+        offset: usize,
+        need: usize,
+        have: usize,
+    },
     /// No chunk magic where one was expected; bytes skipped up to the next magic.
-    Garbage { offset: usize, skipped: usize },
-    Checksum { offset: usize },
-    Decompress { offset: usize, why: String },
-    BadEntry { offset: usize, why: String },
-    TooLarge { offset: usize, len: u32 },
+    Garbage {
+        offset: usize,
+        skipped: usize,
+    },
+    Checksum {
+        offset: usize,
+    },
+    Decompress {
+        offset: usize,
+        why: String,
+    },
+    BadEntry {
+        offset: usize,
+        why: String,
+    },
+    TooLarge {
+        offset: usize,
+        len: u32,
+    },
 }
 
 impl fmt::Display for ChunkProblem {
@@ -71,19 +98,30 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 
 impl Recording {
     pub fn open(path: &Path) -> Result<Recording, ReadError> {
-        let data = std::fs::read(path).map_err(|source| ReadError::Io { path: path.display().to_string(), source })?;
+        let data = std::fs::read(path).map_err(|source| ReadError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
         Recording::from_bytes(data)
     }
 
     pub fn from_bytes(data: Vec<u8>) -> Result<Recording, ReadError> {
         if data.len() < 16 {
             if !MAGIC.starts_with(&data[..data.len().min(8)]) {
-                return Err(ReadError::BadMagic { found: data[..data.len().min(8)].to_vec() });
+                return Err(ReadError::BadMagic {
+                    found: data[..data.len().min(8)].to_vec(),
+                });
             }
-            return Err(ReadError::ShortHeader { offset: 0, need: 16, have: data.len() });
+            return Err(ReadError::ShortHeader {
+                offset: 0,
+                need: 16,
+                have: data.len(),
+            });
         }
         if &data[..8] != MAGIC {
-            return Err(ReadError::BadMagic { found: data[..8].to_vec() });
+            return Err(ReadError::BadMagic {
+                found: data[..8].to_vec(),
+            });
         }
         let version = u32_at(&data, 8);
         if version != VERSION {
@@ -91,10 +129,18 @@ impl Recording {
         }
         let len = u32_at(&data, 12) as usize;
         if data.len() < 16 + len {
-            return Err(ReadError::ShortHeader { offset: 16, need: len, have: data.len() - 16 });
+            return Err(ReadError::ShortHeader {
+                offset: 16,
+                need: len,
+                have: data.len() - 16,
+            });
         }
         let header = serde_json::from_slice(&data[16..16 + len]).map_err(ReadError::Header)?;
-        Ok(Recording { header, data, body: 16 + len })
+        Ok(Recording {
+            header,
+            data,
+            body: 16 + len,
+        })
     }
 
     /// Calls `f` on every entry of every intact chunk, in file order; returns the problems met.
@@ -105,15 +151,25 @@ impl Recording {
         while at < d.len() {
             if d.len() - at < CHUNK_HEADER_LEN {
                 if d[at..].starts_with(CHUNK_MAGIC) || CHUNK_MAGIC.starts_with(&d[at..]) {
-                    problems.push(ChunkProblem::Truncated { offset: at, need: CHUNK_HEADER_LEN, have: d.len() - at });
+                    problems.push(ChunkProblem::Truncated {
+                        offset: at,
+                        need: CHUNK_HEADER_LEN,
+                        have: d.len() - at,
+                    });
                 } else {
-                    problems.push(ChunkProblem::Garbage { offset: at, skipped: d.len() - at });
+                    problems.push(ChunkProblem::Garbage {
+                        offset: at,
+                        skipped: d.len() - at,
+                    });
                 }
                 break;
             }
             if &d[at..at + 4] != CHUNK_MAGIC {
                 let next = find_magic(d, at + 1);
-                problems.push(ChunkProblem::Garbage { offset: at, skipped: next - at });
+                problems.push(ChunkProblem::Garbage {
+                    offset: at,
+                    skipped: next - at,
+                });
                 at = next;
                 continue;
             }
@@ -122,7 +178,10 @@ impl Recording {
             let stored_len = u32_at(d, at + 12);
             let crc = u32_at(d, at + 20);
             if raw_len > MAX_CHUNK || stored_len > MAX_CHUNK {
-                problems.push(ChunkProblem::TooLarge { offset: at, len: raw_len.max(stored_len) });
+                problems.push(ChunkProblem::TooLarge {
+                    offset: at,
+                    len: raw_len.max(stored_len),
+                });
                 at = find_magic(d, at + 1);
                 continue;
             }
@@ -137,7 +196,11 @@ impl Recording {
                     at = next;
                     continue;
                 }
-                problems.push(ChunkProblem::Truncated { offset: at, need: CHUNK_HEADER_LEN + stored_len as usize, have: d.len() - at });
+                problems.push(ChunkProblem::Truncated {
+                    offset: at,
+                    need: CHUNK_HEADER_LEN + stored_len as usize,
+                    have: d.len() - at,
+                });
                 break;
             }
             let stored = &d[start..end];
@@ -150,7 +213,10 @@ impl Recording {
                 match lz4_flex::block::decompress(stored, raw_len as usize) {
                     Ok(r) => r,
                     Err(e) => {
-                        problems.push(ChunkProblem::Decompress { offset: at, why: e.to_string() });
+                        problems.push(ChunkProblem::Decompress {
+                            offset: at,
+                            why: e.to_string(),
+                        });
                         at = end;
                         continue;
                     }
@@ -181,7 +247,9 @@ fn entries(raw: &[u8], f: &mut impl FnMut(Entry<'_>)) -> Result<(), String> {
         }
         let tag = raw[i];
         let len = u16::from_le_bytes([raw[i + 1], raw[i + 2]]) as usize;
-        let body = raw.get(i + 3..i + 3 + len).ok_or_else(|| format!("entry at payload byte {i} runs past the chunk"))?;
+        let body = raw
+            .get(i + 3..i + 3 + len)
+            .ok_or_else(|| format!("entry at payload byte {i} runs past the chunk"))?;
         match tag {
             TAG_EVENT => f(Entry::Event(body)),
             TAG_LOST if len == 16 => {
@@ -189,7 +257,11 @@ fn entries(raw: &[u8], f: &mut impl FnMut(Entry<'_>)) -> Result<(), String> {
                 let count = u64::from_le_bytes(body[8..].try_into().unwrap_or_default());
                 f(Entry::Lost { ts_ns, count });
             }
-            other => return Err(format!("unknown entry tag {other} (len {len}) at payload byte {i}")),
+            other => {
+                return Err(format!(
+                    "unknown entry tag {other} (len {len}) at payload byte {i}"
+                ))
+            }
         }
         i += 3 + len;
     }

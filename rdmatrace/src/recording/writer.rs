@@ -24,7 +24,12 @@ pub struct RecordingWriter<W: Write> {
 impl RecordingWriter<File> {
     /// Creates `path` with mode 0600 (recordings name processes and addresses).
     pub fn create(path: &Path, header: &Header) -> io::Result<RecordingWriter<File>> {
-        let file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
         RecordingWriter::new(file, header)
     }
 }

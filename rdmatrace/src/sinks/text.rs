@@ -1,5 +1,5 @@
 //! bcc-style live lines, under 100 columns:
-//! `TIME(UTC)    PID     COMM            DEV     QPN      EVENT   DETAILS`.
+//! `TIME(UTC)    PID     COMM            DEV    QPN      EVENT   DETAILS`.
 
 use std::io::{self, Write};
 
@@ -22,7 +22,7 @@ impl<W: Write> TextSink<W> {
     }
 }
 
-pub const HEADER: &str = "TIME(UTC)    PID     COMM            DEV     QPN      EVENT   DETAILS";
+pub const HEADER: &str = "TIME(UTC)    PID     COMM            DEV    QPN      EVENT   DETAILS";
 
 fn state_name(s: Option<crate::event::QpState>) -> &'static str {
     s.map_or("?", |s| s.name())
@@ -42,8 +42,17 @@ fn modify_details(a: &ModifyAttrs, ret: i32) -> String {
         Some(new) => format!("{}->{}", state_name(a.cur_state), new),
         None => format!("{} (no state change)", state_name(a.cur_state)),
     };
-    if let Some(q) = a.dest_qpn {
-        d += &format!(" dqpn {q:#x}");
+    // The peer as `QPN@address` (dest QPN and dest GID), the first thing to check on RTR.
+    let dst = a
+        .dgid
+        .as_ref()
+        .filter(|g| g.iter().any(|&b| b != 0))
+        .map(gid_text);
+    match (a.dest_qpn, dst) {
+        (Some(q), Some(g)) => d += &format!(" peer {q:#x}@{g}"),
+        (Some(q), None) => d += &format!(" peer {q:#x}"),
+        (None, Some(g)) => d += &format!(" peer @{g}"),
+        (None, None) => {}
     }
     if let Some(m) = a.path_mtu {
         d += &format!(" mtu {}", mtu_bytes(m));
@@ -56,10 +65,6 @@ fn modify_details(a: &ModifyAttrs, ret: i32) -> String {
     }
     if let Some(r) = a.rnr_retry {
         d += &format!(" rnr {r}");
-    }
-    // Last: the longest, and the one a narrow line may cut (JSON always has it).
-    if let Some(g) = a.dgid.as_ref().filter(|g| g.iter().any(|&b| b != 0)) {
-        d += &format!(" dst {}", gid_text(g));
     }
     if ret != 0 {
         d = format!("FAILED {} {d}", errno_text(ret));
@@ -118,7 +123,7 @@ pub fn line(rec: &Record) -> String {
         Body::Lost { count } => ("LOST", format!("{count} events dropped (ring buffer full)")),
     };
     let mut l = format!(
-        "{:<12} {:<7} {:<15} {:<7} {:<8} {:<7} {}",
+        "{:<12} {:<7} {:<15} {:<6} {:<8} {:<7} {}",
         hms_millis(rec.wall_ns),
         rec.pid,
         rec.comm,

@@ -58,12 +58,24 @@ fn truncation_anywhere_replays_every_complete_chunk_and_never_panics() {
     for cut in body..bytes.len() {
         let rec = Recording::from_bytes(bytes[..cut].to_vec()).expect("header intact");
         let (firsts, _, problems) = collect(&rec);
-        let complete = starts.iter().skip(1).chain(std::iter::once(&bytes.len())).filter(|&&end| end <= cut).count();
+        let complete = starts
+            .iter()
+            .skip(1)
+            .chain(std::iter::once(&bytes.len()))
+            .filter(|&&end| end <= cut)
+            .count();
         assert_eq!(firsts.len(), complete * 5, "cut at {cut}");
         let mid_chunk = !starts.contains(&cut);
-        assert_eq!(problems.len(), usize::from(mid_chunk), "cut at {cut}: {problems:?}");
+        assert_eq!(
+            problems.len(),
+            usize::from(mid_chunk),
+            "cut at {cut}: {problems:?}"
+        );
         if mid_chunk {
-            assert!(matches!(problems[0], ChunkProblem::Truncated { .. }), "cut at {cut}: {problems:?}");
+            assert!(
+                matches!(problems[0], ChunkProblem::Truncated { .. }),
+                "cut at {cut}: {problems:?}"
+            );
         }
     }
 }
@@ -76,7 +88,9 @@ fn a_corrupt_chunk_loses_only_itself() {
     let (firsts, _, problems) = collect(&rec);
     assert_eq!(firsts, vec![0, 1, 2, 3, 4, 10, 11, 12, 13, 14]);
     assert_eq!(problems, vec![ChunkProblem::Checksum { offset: starts[1] }]);
-    assert!(problems[0].to_string().contains(&format!("offset {}", starts[1])));
+    assert!(problems[0]
+        .to_string()
+        .contains(&format!("offset {}", starts[1])));
 }
 
 #[test]
@@ -88,19 +102,41 @@ fn garbage_between_chunks_is_skipped_and_reported() {
     let rec = Recording::from_bytes(spliced).expect("open");
     let (firsts, _, problems) = collect(&rec);
     assert_eq!(firsts, vec![0, 1, 2, 3]);
-    assert_eq!(problems, vec![ChunkProblem::Garbage { offset: starts[1], skipped: 7 }]);
+    assert_eq!(
+        problems,
+        vec![ChunkProblem::Garbage {
+            offset: starts[1],
+            skipped: 7
+        }]
+    );
 }
 
 #[test]
 fn whole_file_errors_name_offset_and_expectation() {
-    let err = Recording::from_bytes(b"PK\x03\x04 definitely a zip file".to_vec()).err().expect("error");
-    assert!(err.to_string().contains("offset 0") && err.to_string().contains("RDMATRC"), "{err}");
+    let err = Recording::from_bytes(b"PK\x03\x04 definitely a zip file".to_vec())
+        .err()
+        .expect("error");
+    assert!(
+        err.to_string().contains("offset 0") && err.to_string().contains("RDMATRC"),
+        "{err}"
+    );
     let (mut bytes, _) = sample(1, 1);
     bytes[8] = 9;
     let err = Recording::from_bytes(bytes.clone()).err().expect("error");
     assert!(err.to_string().contains("version 9"), "{err}");
-    let err = Recording::from_bytes(bytes[..20].to_vec()).err().expect("error");
-    assert!(matches!(err, ReadError::Version { .. } | ReadError::ShortHeader { .. }), "{err}");
+    let err = Recording::from_bytes(bytes[..20].to_vec())
+        .err()
+        .expect("error");
+    assert!(
+        matches!(
+            err,
+            ReadError::Version { .. } | ReadError::ShortHeader { .. }
+        ),
+        "{err}"
+    );
     let err = Recording::from_bytes(Vec::new()).err().expect("error");
-    assert!(err.to_string().contains("truncated") || err.to_string().contains("offset 0"), "{err}");
+    assert!(
+        err.to_string().contains("truncated") || err.to_string().contains("offset 0"),
+        "{err}"
+    );
 }

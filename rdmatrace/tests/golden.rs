@@ -1,0 +1,79 @@
+//! Golden outputs of every sink, from a recording made in the lab (tests/fixtures/
+//! lab-pingpong.rdmt: an ibv_rc_pingpong pair on rxe0/rxe1, then rt-bad-modify on rxe1).
+//! Replay needs no privileges. Bless changes with `INSTA_UPDATE=always cargo test` or
+//! `cargo insta review`.
+
+mod common;
+
+use common::*;
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/lab-pingpong.rdmt"
+);
+
+#[test]
+fn replay_text_golden() {
+    let out = run(&["trace", "--input", FIXTURE]);
+    assert!(out.status.success(), "{}", out.stderr);
+    insta::assert_snapshot!(out.stdout);
+}
+
+#[test]
+fn replay_jsonl_golden() {
+    let out = run(&["trace", "--input", FIXTURE, "--json"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    insta::assert_snapshot!(out.stdout);
+}
+
+#[test]
+fn replay_filters_golden() {
+    let out = run(&[
+        "trace", "--input", FIXTURE, "--dev", "rxe1", "--qpn", "0x12",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    insta::assert_snapshot!(out.stdout);
+    let lines: Vec<&str> = out.stdout.lines().skip(1).collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "create, failed modify, destroy of rt-bad-modify's QP"
+    );
+    assert!(lines
+        .iter()
+        .all(|l| l.contains("rt-bad-modify") && l.contains("rxe1")));
+}
+
+#[test]
+fn every_text_line_fits_in_100_columns() {
+    let out = run(&["trace", "--input", FIXTURE]);
+    for line in out.stdout.lines() {
+        assert!(
+            line.chars().count() < 100,
+            "{} columns: {line}",
+            line.chars().count()
+        );
+    }
+}
+
+#[test]
+fn jsonl_lines_are_typed_envelopes() {
+    let out = run(&["trace", "--input", FIXTURE, "--json"]);
+    let known = [
+        "qp_create",
+        "qp_modify",
+        "qp_destroy",
+        "process_exec",
+        "process_exit",
+        "lost",
+    ];
+    for v in out.events() {
+        let obj = v.as_object().expect("object");
+        assert_eq!(obj.len(), 2, "{v}");
+        assert!(known.contains(&v["type"].as_str().unwrap_or("")), "{v}");
+        assert!(
+            v["data"]["ts_ns"].is_u64() && v["data"]["pid"].is_u64(),
+            "{v}"
+        );
+    }
+}
