@@ -157,3 +157,6 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
         body,
     })
 }
+
+#[cfg(test)]
+mod tests;

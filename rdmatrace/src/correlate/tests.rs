@@ -1,1 +1,190 @@
+use super::{filter::Filter, Correlator};
+use crate::event::{Body, ModifyAttrs, QpInfo, QpKey, QpState, Record};
 
+fn rec(pid: u32, comm: &str, ts: u64, body: Body) -> Record {
+    Record {
+        ts_ns: ts,
+        wall_ns: ts,
+        cpu: 0,
+        pid,
+        tid: pid,
+        comm: comm.into(),
+        body,
+    }
+}
+
+fn qp(dev: &str, qpn: u32) -> QpInfo {
+    QpInfo {
+        key: QpKey {
+            dev: dev.into(),
+            qpn,
+        },
+        qp_type: 2,
+    }
+}
+
+fn modify(dev: &str, qpn: u32, to: QpState, ret: i32) -> Body {
+    Body::QpModify {
+        qp: qp(dev, qpn),
+        attrs: ModifyAttrs {
+            attr_mask: 1,
+            new_state: Some(to),
+            ..Default::default()
+        },
+        ret,
+    }
+}
+
+fn cur_state(r: &Record) -> Option<QpState> {
+    match &r.body {
+        Body::QpModify { attrs, .. } => attrs.cur_state,
+        _ => None,
+    }
+}
+
+#[test]
+fn fills_the_state_a_modify_leaves_and_keeps_failed_ones_out() {
+    let mut c = Correlator::new();
+    c.observe(&mut rec(
+        7,
+        "app",
+        1,
+        Body::QpCreate {
+            qp: qp("rxe0", 0x11),
+            ret: 0,
+        },
+    ));
+    let mut m = rec(7, "app", 2, modify("rxe0", 0x11, QpState::Init, 0));
+    c.observe(&mut m);
+    assert_eq!(cur_state(&m), Some(QpState::Reset));
+    // A refused transition does not move the QP.
+    let mut bad = rec(7, "app", 3, modify("rxe0", 0x11, QpState::Rts, -22));
+    c.observe(&mut bad);
+    assert_eq!(cur_state(&bad), Some(QpState::Init));
+    let mut m = rec(7, "app", 4, modify("rxe0", 0x11, QpState::Rtr, 0));
+    c.observe(&mut m);
+    assert_eq!(cur_state(&m), Some(QpState::Init));
+    let t = c
+        .qp(&QpKey {
+            dev: "rxe0".into(),
+            qpn: 0x11,
+        })
+        .expect("tracked");
+    assert_eq!(
+        (t.state, t.owner_pid, t.since_ns),
+        (Some(QpState::Rtr), 7, 4)
+    );
+}
+
+#[test]
+fn same_qpn_on_two_devices_are_two_qps() {
+    let mut c = Correlator::new();
+    c.observe(&mut rec(
+        1,
+        "a",
+        1,
+        Body::QpCreate {
+            qp: qp("rxe0", 0x11),
+            ret: 0,
+        },
+    ));
+    c.observe(&mut rec(
+        2,
+        "b",
+        2,
+        Body::QpCreate {
+            qp: qp("rxe1", 0x11),
+            ret: 0,
+        },
+    ));
+    c.observe(&mut rec(1, "a", 3, modify("rxe0", 0x11, QpState::Init, 0)));
+    let mut m = rec(2, "b", 4, modify("rxe1", 0x11, QpState::Init, 0));
+    c.observe(&mut m);
+    assert_eq!(
+        cur_state(&m),
+        Some(QpState::Reset),
+        "rxe1's QP did not move with rxe0's"
+    );
+    assert_eq!(
+        c.qp(&QpKey {
+            dev: "rxe1".into(),
+            qpn: 0x11
+        })
+        .map(|t| t.owner_pid),
+        Some(2)
+    );
+    c.observe(&mut rec(
+        1,
+        "a",
+        5,
+        Body::QpDestroy {
+            qp: qp("rxe0", 0x11),
+            ret: 0,
+        },
+    ));
+    assert!(c
+        .qp(&QpKey {
+            dev: "rxe0".into(),
+            qpn: 0x11
+        })
+        .is_none());
+    assert!(c
+        .qp(&QpKey {
+            dev: "rxe1".into(),
+            qpn: 0x11
+        })
+        .is_some());
+}
+
+#[test]
+fn a_qp_older_than_the_trace_has_an_unknown_current_state() {
+    let mut c = Correlator::new();
+    let mut m = rec(1, "a", 1, modify("mlx5_0", 0x99, QpState::Err, 0));
+    c.observe(&mut m);
+    assert_eq!(cur_state(&m), None);
+}
+
+#[test]
+fn filters_by_device_qpn_comm_and_never_hide_loss() {
+    let f = Filter {
+        dev: Some("rxe1".into()),
+        qpn: Some(0x11),
+        ..Default::default()
+    };
+    assert!(f.matches(&rec(
+        1,
+        "a",
+        1,
+        Body::QpCreate {
+            qp: qp("rxe1", 0x11),
+            ret: 0
+        }
+    )));
+    assert!(!f.matches(&rec(
+        1,
+        "a",
+        1,
+        Body::QpCreate {
+            qp: qp("rxe0", 0x11),
+            ret: 0
+        }
+    )));
+    assert!(!f.matches(&rec(
+        1,
+        "a",
+        1,
+        Body::QpCreate {
+            qp: qp("rxe1", 0x12),
+            ret: 0
+        }
+    )));
+    assert!(!f.matches(&rec(1, "a", 1, Body::ProcessExec { ppid: 1 })));
+    assert!(f.matches(&rec(0, "", 1, Body::Lost { count: 3 })));
+    let f = Filter {
+        comm: Some("b".into()),
+        pid: Some(2),
+        ..Default::default()
+    };
+    assert!(f.matches(&rec(2, "b", 1, Body::ProcessExec { ppid: 1 })));
+    assert!(!f.matches(&rec(3, "b", 1, Body::ProcessExec { ppid: 1 })));
+}

@@ -1,0 +1,90 @@
+use rdmatrace_common::event::{
+    attr_mask, EventHeader, EventKind, QpIdent, QpModifyEvent, STATE_UNKNOWN,
+};
+
+use super::*;
+use crate::event::QpState;
+
+fn bytes_of<T: aya::Pod>(v: &T) -> Vec<u8> {
+    // SAFETY: T is Pod: every byte is initialised and may be viewed as u8.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+        .to_vec()
+}
+
+fn modify_event() -> QpModifyEvent {
+    let mut dev = [0u8; 64];
+    dev[..4].copy_from_slice(b"rxe0");
+    let mut comm = [0u8; 16];
+    comm[..3].copy_from_slice(b"app");
+    QpModifyEvent {
+        header: EventHeader {
+            kind: EventKind::QpModify as u32,
+            cpu: 1,
+            ts_ns: 1000,
+            pid: 42,
+            tid: 43,
+            comm,
+        },
+        qp: QpIdent {
+            dev,
+            qpn: 0x11,
+            qp_type: 2,
+        },
+        ret: -22,
+        attr_mask: attr_mask::STATE | attr_mask::DEST_QPN | attr_mask::PATH_MTU,
+        cur_state: STATE_UNKNOWN,
+        new_state: 2,
+        path_mtu: 3,
+        dest_qpn: 0x12,
+        sq_psn: 7,
+        rq_psn: 8,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        _pad0: 0,
+        _pad1: 0,
+        dgid: [0; 16],
+    }
+}
+
+#[test]
+fn modify_fields_outside_the_mask_are_absent() {
+    let rec = decode(&bytes_of(&modify_event()), &ClockAnchor::fixed(5)).expect("decode");
+    assert_eq!(
+        (rec.ts_ns, rec.wall_ns, rec.pid, rec.tid, rec.comm.as_str()),
+        (1000, 1005, 42, 43, "app")
+    );
+    let Body::QpModify { qp, attrs, ret } = rec.body else {
+        panic!("not a modify: {:?}", rec.body)
+    };
+    assert_eq!((qp.key.dev.as_str(), qp.key.qpn, ret), ("rxe0", 0x11, -22));
+    assert_eq!(attrs.new_state, Some(QpState::Rtr));
+    assert_eq!(attrs.cur_state, None, "CUR_STATE not in the mask");
+    assert_eq!((attrs.dest_qpn, attrs.path_mtu), (Some(0x12), Some(3)));
+    assert_eq!(
+        (attrs.sq_psn, attrs.timeout, attrs.dgid),
+        (None, None, None)
+    );
+}
+
+#[test]
+fn short_unknown_and_truncated_records_are_errors_not_panics() {
+    let anchor = ClockAnchor::fixed(0);
+    assert!(matches!(
+        decode(&[1, 0, 0], &anchor),
+        Err(DecodeError::ShortHeader { .. })
+    ));
+    let mut b = bytes_of(&modify_event());
+    b[0] = 99;
+    assert_eq!(
+        decode(&b, &anchor),
+        Err(DecodeError::UnknownKind { kind: 99 })
+    );
+    let b = bytes_of(&modify_event());
+    for cut in 40..b.len() {
+        assert!(
+            matches!(decode(&b[..cut], &anchor), Err(DecodeError::Short { .. })),
+            "cut {cut}"
+        );
+    }
+}
