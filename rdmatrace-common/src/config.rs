@@ -42,6 +42,20 @@ pub struct ProbeConfig {
     pub task_tgid: u32,
     pub task_exit_code: u32,
 
+    // struct rxe_qp (rdma_rxe): the ib_qp inside it and the timers the probes are handed.
+    pub rxe_qp_ibqp: u32,
+    pub rxe_qp_retrans_timer: u32,
+    pub rxe_qp_rnr_nak_timer: u32,
+    // struct sock_common (through struct sock)
+    pub sk_family: u32,
+    pub sk_state: u32,
+    pub sk_num: u32,
+    pub sk_dport: u32,
+    pub sk_daddr: u32,
+    pub sk_rcv_saddr: u32,
+    pub sk_v6_daddr: u32,
+    pub sk_v6_rcv_saddr: u32,
+
     // Argument positions (0-based) of the probed functions, from their BTF prototypes.
     /// `ib_create_qp_user(dev, pd, attr, ...)`: the `ib_device *`.
     pub create_arg_dev: u32,
@@ -54,7 +68,7 @@ pub struct ProbeConfig {
     /// `ib_destroy_qp_user(qp, udata)`.
     pub destroy_arg_qp: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 104);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 148);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -85,6 +99,17 @@ impl ProbeConfig {
             task_real_parent: U,
             task_tgid: U,
             task_exit_code: U,
+            rxe_qp_ibqp: U,
+            rxe_qp_retrans_timer: U,
+            rxe_qp_rnr_nak_timer: U,
+            sk_family: U,
+            sk_state: U,
+            sk_num: U,
+            sk_dport: U,
+            sk_daddr: U,
+            sk_rcv_saddr: U,
+            sk_v6_daddr: U,
+            sk_v6_rcv_saddr: U,
             create_arg_dev: U,
             create_arg_attr: U,
             modify_arg_qp: U,

@@ -15,16 +15,18 @@ pub enum EventKind {
     QpDestroy = 3,
     ProcessExec = 4,
     ProcessExit = 5,
+    Retransmit = 6,
 }
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 5] = [
+    pub const ALL: [EventKind; 6] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
         EventKind::ProcessExec,
         EventKind::ProcessExit,
+        EventKind::Retransmit,
     ];
 
     pub const fn from_raw(raw: u32) -> Option<EventKind> {
@@ -34,6 +36,7 @@ impl EventKind {
             3 => Some(EventKind::QpDestroy),
             4 => Some(EventKind::ProcessExec),
             5 => Some(EventKind::ProcessExit),
+            6 => Some(EventKind::Retransmit),
             _ => None,
         }
     }
@@ -139,6 +142,59 @@ pub struct ProcessEvent {
 }
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
 
+/// Who owns a socket: the last process seen sending on it (or connecting it). Kept in the
+/// kernel so a retransmit, which fires in softirq context, names its owner, not the on-CPU task.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub pid: u32,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(core::mem::size_of::<Owner>() == 24);
+
+/// [`RetransmitEvent::transport`].
+pub mod transport {
+    pub const RXE: u32 = 1;
+    pub const MLX5: u32 = 2;
+    pub const TCP: u32 = 3;
+}
+
+/// [`RetransmitEvent::reason`].
+pub mod reason {
+    /// rxe: the requester's ACK timeout fired (`retransmit_timer`): packets are resent.
+    pub const RXE_RETRANSMIT_TIMER: u32 = 1;
+    /// rxe: the RNR NAK back-off expired (`rnr_nak_timer`): the peer had no receive posted.
+    pub const RXE_RNR_NAK_TIMER: u32 = 2;
+    /// tcp: `tcp_retransmit_skb`.
+    pub const TCP_RETRANSMIT_SKB: u32 = 3;
+}
+
+/// A retransmission (or its timer) on one transport. RDMA ones carry the QP; TCP ones the
+/// 4-tuple. `header.pid` is whoever was on CPU (often a kernel thread); `owner` is the
+/// process the QP/socket belongs to, when the kernel side knows it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetransmitEvent {
+    pub header: EventHeader,
+    pub qp: QpIdent,
+    pub transport: u32,
+    pub reason: u32,
+    /// `owner.pid == 0`: unknown in the kernel (user space may still know the QP's owner).
+    pub owner: Owner,
+    /// AF_INET (2) or AF_INET6 (10) for TCP.
+    pub family: u16,
+    /// TCP state (`TCP_ESTABLISHED` = 1, ...).
+    pub state: u16,
+    /// Local and remote ports, host byte order.
+    pub sport: u16,
+    pub dport: u16,
+    /// IPv4 in the first 4 bytes, or IPv6.
+    pub saddr: [u8; GID_LEN],
+    pub daddr: [u8; GID_LEN],
+}
+const _: () = assert!(core::mem::size_of::<RetransmitEvent>() == 40 + 72 + 8 + 24 + 8 + 32);
+
 /// Value of a state field that the caller did not set.
 pub const STATE_UNKNOWN: u32 = u32::MAX;
 
@@ -182,4 +238,8 @@ mod pod {
     unsafe impl aya::Pod for QpDestroyEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for ProcessEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for RetransmitEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Owner {}
 }

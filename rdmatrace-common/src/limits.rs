@@ -15,3 +15,5 @@ pub const MAX_INFLIGHT: u32 = 4096;
 pub const UNRESOLVED: u32 = u32::MAX;
 /// How many processes a pid filter can follow (the traced command and its descendants).
 pub const MAX_TRACED: u32 = 8192;
+/// Sockets whose owner is remembered for TCP retransmit attribution.
+pub const MAX_SOCKETS: u32 = 16384;

@@ -20,10 +20,15 @@ pub fn config() -> Option<&'static ProbeConfig> {
 /// Whether the current task passes the kernel-side filter.
 #[inline(always)]
 pub fn wanted(cfg: &ProbeConfig) -> bool {
+    wanted_pid(cfg, (bpf_get_current_pid_tgid() >> 32) as u32)
+}
+
+/// Whether events of process `tgid` pass the kernel-side filter.
+#[inline(always)]
+pub fn wanted_pid(cfg: &ProbeConfig, tgid: u32) -> bool {
     if cfg.filter_mode != FILTER_TRACED {
         return true;
     }
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: the value is only tested for presence.
     unsafe { TRACED.get(tgid) }.is_some()
 }

@@ -2,12 +2,12 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{QpDestroyEvent, QpModifyEvent},
-    limits::{MAX_INFLIGHT, MAX_TRACED, RINGBUF_BYTES},
+    event::{Owner, QpDestroyEvent, QpModifyEvent},
+    limits::{MAX_INFLIGHT, MAX_SOCKETS, MAX_TRACED, RINGBUF_BYTES},
 };
 
 /// Every event goes here. User space may resize it before load (`--ringbuf-size`).
@@ -39,3 +39,8 @@ pub static PENDING_MODIFY: HashMap<u64, QpModifyEvent> = HashMap::with_max_entri
 #[map]
 pub static PENDING_DESTROY: HashMap<u64, QpDestroyEvent> =
     HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Socket (`struct sock *`) -> the process that last sent on or connected it. LRU: closed
+/// sockets age out without bookkeeping.
+#[map]
+pub static SOCK_OWNER: LruHashMap<u64, Owner> = LruHashMap::with_max_entries(MAX_SOCKETS, 0);

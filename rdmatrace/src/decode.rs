@@ -3,13 +3,13 @@
 use std::mem::size_of;
 
 use rdmatrace_common::event::{
-    attr_mask as mask, EventHeader, EventKind, ProcessEvent, QpCreateEvent, QpDestroyEvent,
-    QpIdent, QpModifyEvent, STATE_UNKNOWN,
+    attr_mask as mask, reason, transport, EventHeader, EventKind, ProcessEvent, QpCreateEvent,
+    QpDestroyEvent, QpIdent, QpModifyEvent, RetransmitEvent, STATE_UNKNOWN,
 };
 
 use crate::{
     clock::ClockAnchor,
-    event::{Body, ModifyAttrs, QpInfo, QpKey, QpState, Record},
+    event::{Body, ModifyAttrs, QpInfo, QpKey, QpState, Record, Retransmit, TcpTuple, Transport},
 };
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -90,6 +90,48 @@ fn modify_attrs(ev: &QpModifyEvent) -> ModifyAttrs {
     }
 }
 
+fn ip(family: u16, raw: &[u8; 16]) -> std::net::IpAddr {
+    if family == 10 {
+        std::net::IpAddr::from(*raw)
+    } else {
+        std::net::IpAddr::from([raw[0], raw[1], raw[2], raw[3]])
+    }
+}
+
+fn retransmit(ev: &RetransmitEvent) -> Body {
+    let transport = match ev.transport {
+        transport::MLX5 => Transport::Mlx5,
+        transport::TCP => Transport::Tcp,
+        _ => Transport::Rxe,
+    };
+    let reason = match ev.reason {
+        reason::RXE_RETRANSMIT_TIMER => "retransmit_timer",
+        reason::RXE_RNR_NAK_TIMER => "rnr_nak_timer",
+        reason::TCP_RETRANSMIT_SKB => "tcp_retransmit_skb",
+        _ => "unknown",
+    };
+    let (qp, tcp) = if transport == Transport::Tcp {
+        let t = TcpTuple {
+            saddr: ip(ev.family, &ev.saddr),
+            sport: ev.sport,
+            daddr: ip(ev.family, &ev.daddr),
+            dport: ev.dport,
+            state: ev.state,
+        };
+        (None, Some(t))
+    } else {
+        (Some(qp_info(&ev.qp)), None)
+    };
+    Body::Retransmit(Retransmit {
+        transport,
+        reason,
+        qp,
+        tcp,
+        owner_pid: ev.owner.pid,
+        owner_comm: c_str(&ev.owner.comm),
+    })
+}
+
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError> {
     if bytes.len() < size_of::<EventHeader>() {
@@ -145,6 +187,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                     exit_code: ev.exit_code,
                 },
             )
+        }
+        EventKind::Retransmit => {
+            let ev: RetransmitEvent = read(bytes, kind)?;
+            (ev.header, retransmit(&ev))
         }
     };
     Ok(Record {

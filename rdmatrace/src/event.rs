@@ -105,6 +105,50 @@ pub struct ModifyAttrs {
     pub dgid: Option<[u8; 16]>,
 }
 
+/// A TCP connection as the kernel sees it from this host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpTuple {
+    pub saddr: std::net::IpAddr,
+    pub sport: u16,
+    pub daddr: std::net::IpAddr,
+    pub dport: u16,
+    /// `TCP_ESTABLISHED` = 1, ...
+    pub state: u16,
+}
+
+/// Which transport retransmitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Rxe,
+    Mlx5,
+    Tcp,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Rxe => "rxe",
+            Transport::Mlx5 => "mlx5",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retransmit {
+    pub transport: Transport,
+    /// `retransmit_timer`, `rnr_nak_timer`, `tcp_retransmit_skb`.
+    pub reason: &'static str,
+    /// The QP (RDMA transports).
+    pub qp: Option<QpInfo>,
+    /// The connection (TCP).
+    pub tcp: Option<TcpTuple>,
+    /// The process owning the QP / socket (0 when unknown); the record's pid is whoever was
+    /// on CPU when it fired.
+    pub owner_pid: u32,
+    pub owner_comm: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
     QpCreate {
@@ -127,6 +171,7 @@ pub enum Body {
         ppid: u32,
         exit_code: i32,
     },
+    Retransmit(Retransmit),
     /// Events the kernel could not deliver (ring buffer full) since the previous report.
     Lost {
         count: u64,
@@ -142,6 +187,7 @@ impl Body {
             Body::QpDestroy { .. } => "qp_destroy",
             Body::ProcessExec { .. } => "process_exec",
             Body::ProcessExit { .. } => "process_exit",
+            Body::Retransmit(_) => "retransmit",
             Body::Lost { .. } => "lost",
         }
     }
@@ -151,7 +197,26 @@ impl Body {
             Body::QpCreate { qp, .. } | Body::QpModify { qp, .. } | Body::QpDestroy { qp, .. } => {
                 Some(qp)
             }
+            Body::Retransmit(r) => r.qp.as_ref(),
             _ => None,
+        }
+    }
+}
+
+impl Record {
+    /// The process an event is about: the owner of the QP/socket for events that fire outside
+    /// the owner's context (retransmits), else the process that made the call.
+    pub fn subject_pid(&self) -> u32 {
+        match &self.body {
+            Body::Retransmit(r) if r.owner_pid != 0 => r.owner_pid,
+            _ => self.pid,
+        }
+    }
+
+    pub fn subject_comm(&self) -> &str {
+        match &self.body {
+            Body::Retransmit(r) if r.owner_pid != 0 => &r.owner_comm,
+            _ => &self.comm,
         }
     }
 }

@@ -34,7 +34,7 @@ fn host_trace_degrades_without_rdma_or_explains_privileges() {
     let done = tracer.stop();
     assert!(done.status.success(), "trace failed: {}", done.stderr);
     assert!(
-        done.stderr.contains("qp probes off:"),
+        done.stderr.contains("qp probes off ("),
         "stderr: {}",
         done.stderr
     );

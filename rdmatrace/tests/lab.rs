@@ -23,7 +23,8 @@ fn in_lab() {
     );
 }
 
-/// `local address:  LID 0x0000, QPN 0x000011, PSN ...` -> 0x11.
+/// `local address:  LID 0x0000, QPN 0x000011, PSN ...` (rdma-core examples) or
+/// `local address: LID 0000 QPN 0x0011 PSN ...` (perftest) -> 0x11.
 fn local_qpn(output: &str) -> u32 {
     let line = output
         .lines()
@@ -32,7 +33,7 @@ fn local_qpn(output: &str) -> u32 {
     let hex = line
         .split("QPN ")
         .nth(1)
-        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.split([',', ' ']).next())
         .unwrap_or_else(|| panic!("no QPN in {line:?}"));
     u32::from_str_radix(hex.trim().trim_start_matches("0x"), 16).expect("QPN hex")
 }
@@ -233,4 +234,165 @@ fn lab_illegal_transition_reports_negative_errno() {
             .all(|e| e["data"]["comm"] == "rt-bad-modify" || e["type"] == "lost"),
         "{events:#?}"
     );
+}
+
+/// netem loss on a lab NIC for the life of the guard.
+struct Loss {
+    nic: String,
+}
+
+impl Loss {
+    fn on(nic_var: &str, percent: u32) -> Loss {
+        let nic = std::env::var(nic_var).unwrap_or_else(|_| panic!("{nic_var} not set by the lab"));
+        let st = Command::new("tc")
+            .args([
+                "qdisc",
+                "replace",
+                "dev",
+                &nic,
+                "root",
+                "netem",
+                "loss",
+                &format!("{percent}%"),
+            ])
+            .status()
+            .expect("tc");
+        assert!(st.success(), "tc netem on {nic}");
+        Loss { nic }
+    }
+}
+
+impl Drop for Loss {
+    fn drop(&mut self) {
+        let _ = Command::new("tc")
+            .args(["qdisc", "del", "dev", &self.nic, "root"])
+            .status();
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_rxe_retransmits_under_loss_are_blamed_on_the_sending_qp() {
+    in_lab();
+    let tracer = start(&["trace", "--json"], READY_TIMEOUT);
+    let (server_out, client_pid, client_out) = {
+        // Loss only on rxe0's wire (NIC A egress): rxe0's requests are dropped.
+        let _loss = Loss::on("LAB_NIC_A", 5);
+        let args = ["-x", "1", "-F", "-s", "4096", "-n", "300"];
+        let server = Command::new("ib_write_bw")
+            .args(["-d", "rxe1"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ib_write_bw server");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (pid, out) = loop {
+            sleep(Duration::from_millis(700));
+            let client = Command::new("ib_write_bw")
+                .args(["-d", "rxe0"])
+                .args(args)
+                .arg("192.0.2.2")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start ib_write_bw client");
+            let pid = client.id();
+            let out = client.wait_with_output().expect("client output");
+            if out.status.success() {
+                break (pid, text(&out));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "client never ran: {}",
+                text(&out)
+            );
+        };
+        let server_out = server.wait_with_output().expect("server");
+        (text(&server_out), pid, out)
+    };
+    sleep(Duration::from_millis(500));
+    let done = tracer.stop();
+    assert!(!done.stderr.contains("rxe probes off"), "{}", done.stderr);
+    let qpn = local_qpn(&client_out);
+    let events = done.events();
+    let rxe: Vec<&Value> = select(&events, "retransmit", &[("transport", json!("rxe"))]);
+    assert!(
+        !rxe.is_empty(),
+        "5% loss must make rxe retransmit; client:\n{client_out}\nserver:\n{server_out}"
+    );
+    for e in &rxe {
+        let d = &e["data"];
+        assert_eq!(
+            (&d["dev"], &d["qpn"]),
+            (&json!("rxe0"), &json!(qpn)),
+            "blame goes to the sender's QP: {e}"
+        );
+        assert_eq!(
+            d["owner_pid"],
+            json!(client_pid),
+            "owner is the sending process, not the on-CPU task: {e}"
+        );
+        assert_eq!(d["owner_comm"], json!("ib_write_bw"), "{e}");
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_tcp_retransmits_name_the_sending_process() {
+    in_lab();
+    let tracer = start(&["trace", "--json"], READY_TIMEOUT);
+    let server = Command::new("python3")
+        .args([
+            "-c",
+            "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+             s.bind(('192.0.2.2',5555))\ns.listen()\nc,_=s.accept()\nn=0\nwhile True:\n b=c.recv(65536)\n \
+             if not b: break\n n+=len(b)\nprint(n)",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("server");
+    sleep(Duration::from_millis(1500));
+    let (client_pid, client_ok) = {
+        let _loss = Loss::on("LAB_NIC_A", 10);
+        let client = Command::new("python3")
+            .args([
+                "-c",
+                "import socket\ns=socket.create_connection(('192.0.2.2',5555),source_address=('192.0.2.1',0))\n\
+                 s.sendall(b'x'*400000)\ns.close()",
+            ])
+            .spawn()
+            .expect("client");
+        let pid = client.id();
+        let out = client.wait_with_output().expect("client");
+        (pid, out.status.success())
+    };
+    let received = server.wait_with_output().expect("server");
+    assert!(client_ok);
+    assert_eq!(String::from_utf8_lossy(&received.stdout).trim(), "400000");
+    let done = tracer.stop();
+    let events = done.events();
+    let tcp = select(
+        &events,
+        "retransmit",
+        &[("transport", json!("tcp")), ("dport", json!(5555))],
+    );
+    assert!(
+        !tcp.is_empty(),
+        "10% loss must make TCP retransmit: {}",
+        done.stderr
+    );
+    for e in &tcp {
+        let d = &e["data"];
+        assert_eq!(
+            d["owner_pid"],
+            json!(client_pid),
+            "owner is the sender: {e}"
+        );
+        assert_eq!(
+            (&d["saddr"], &d["daddr"]),
+            (&json!("192.0.2.1"), &json!("192.0.2.2")),
+            "{e}"
+        );
+    }
 }

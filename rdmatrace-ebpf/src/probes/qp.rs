@@ -48,7 +48,7 @@ fn arg(ctx: &ProbeContext, n: u32) -> u64 {
 
 /// Fills device name, QPN and type from a `struct ib_qp *`.
 #[inline(always)]
-fn qp_ident(cfg: &ProbeConfig, qp: u64, out: &mut QpIdent) {
+pub fn qp_ident(cfg: &ProbeConfig, qp: u64, out: &mut QpIdent) {
     out.qpn = read::field::<u32>(qp, cfg.qp_qp_num).unwrap_or(0);
     out.qp_type = read::field::<u32>(qp, cfg.qp_qp_type).unwrap_or(0);
     let dev = read::field::<u64>(qp, cfg.qp_device).unwrap_or(0);

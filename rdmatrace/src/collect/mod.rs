@@ -6,7 +6,9 @@ use rdmatrace_common::config::ProbeConfig;
 use crate::loader::btf::{BtfError, KernelBtf};
 
 pub mod qp;
+pub mod rxe;
 pub mod sched;
+pub mod tcp;
 
 /// How a program attaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,4 +41,4 @@ pub struct Area {
 }
 
 /// Every area the tool knows, in attach order.
-pub const AREAS: &[Area] = &[qp::AREA, sched::AREA];
+pub const AREAS: &[Area] = &[qp::AREA, rxe::AREA, tcp::AREA, sched::AREA];

@@ -47,9 +47,10 @@ pub const AREA: Area = Area {
     resolve,
 };
 
-fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, BtfError> {
+/// The fields every QP-carrying event needs: which device, which QPN, which type. Shared by
+/// the areas that read a `struct ib_qp` (qp, rxe).
+pub fn resolve_ident(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<(), BtfError> {
     let btf = kbtf.scope("ib_core", "ib_qp")?;
-    // Required: without these an event cannot say which QP it is about.
     cfg.qp_device = offset_of(btf, "ib_qp", "device")?;
     cfg.qp_qp_num = offset_of(btf, "ib_qp", "qp_num")?;
     cfg.qp_qp_type = offset_of(btf, "ib_qp", "qp_type")?;
@@ -60,6 +61,12 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
         });
     }
     cfg.device_name = offset_of(btf, "ib_device", "name")?;
+    Ok(())
+}
+
+fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, BtfError> {
+    resolve_ident(kbtf, cfg)?;
+    let btf = kbtf.scope("ib_core", "ib_qp")?;
     cfg.modify_arg_qp = param_index(btf, MODIFY, &["ib_qp", "qp"])?;
     cfg.modify_arg_attr = param_index(btf, MODIFY, &["attr"])?;
     cfg.modify_arg_mask = param_index(btf, MODIFY, &["attr_mask"])?;

@@ -17,10 +17,14 @@ impl Filter {
         if matches!(rec.body, Body::Lost { .. }) {
             return true;
         }
-        if self.pid.is_some_and(|p| p != rec.pid) {
+        if self.pid.is_some_and(|p| p != rec.subject_pid()) {
             return false;
         }
-        if self.comm.as_deref().is_some_and(|c| c != rec.comm) {
+        if self
+            .comm
+            .as_deref()
+            .is_some_and(|c| c != rec.subject_comm())
+        {
             return false;
         }
         if self.dev.is_none() && self.qpn.is_none() {

@@ -69,6 +69,13 @@ impl Correlator {
             Body::ProcessExit { .. } => {
                 self.comms.remove(&rec.pid);
             }
+            // rxe timers fire in softirq: the QP's creator owns the retransmit.
+            Body::Retransmit(r) if r.owner_pid == 0 => {
+                if let Some(t) = r.qp.as_ref().and_then(|qp| self.qps.get(&qp.key)) {
+                    r.owner_pid = t.owner_pid;
+                    r.owner_comm = t.owner_comm.clone();
+                }
+            }
             _ => {}
         }
     }

@@ -105,18 +105,30 @@ impl AttachReport {
         self.attached().any(|p| p.rdma)
     }
 
-    /// One line per area that is (partly) off: `area: reason (probes)`.
+    /// One line per area and reason: `area probes off (targets): reason`.
     pub fn off_lines(&self) -> Vec<String> {
-        let mut lines: Vec<String> = Vec::new();
+        let mut groups: Vec<(&str, &str, Vec<&str>)> = Vec::new();
         for p in &self.probes {
             if let ProbeState::Off(why) = &p.state {
-                let line = format!("{} probes off: {why}", p.area);
-                if !lines.contains(&line) {
-                    lines.push(line);
+                match groups
+                    .iter_mut()
+                    .find(|(a, w, _)| *a == p.area && *w == why.as_str())
+                {
+                    Some((_, _, targets)) => {
+                        if !targets.contains(&p.spec.target) {
+                            targets.push(p.spec.target);
+                        }
+                    }
+                    None => groups.push((p.area, why.as_str(), vec![p.spec.target])),
                 }
             }
         }
-        lines
+        groups
+            .into_iter()
+            .map(|(area, why, targets)| {
+                format!("{area} probes off ({}): {why}", targets.join(", "))
+            })
+            .collect()
     }
 }
 

@@ -65,6 +65,33 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("ppid".into(), (*ppid).into());
             d.insert("exit_code".into(), (*exit_code).into());
         }
+        Body::Retransmit(r) => {
+            d.insert("transport".into(), r.transport.name().into());
+            d.insert("reason".into(), r.reason.into());
+            d.insert(
+                "owner_pid".into(),
+                if r.owner_pid == 0 {
+                    Value::Null
+                } else {
+                    r.owner_pid.into()
+                },
+            );
+            d.insert(
+                "owner_comm".into(),
+                if r.owner_pid == 0 {
+                    Value::Null
+                } else {
+                    r.owner_comm.clone().into()
+                },
+            );
+            if let Some(t) = &r.tcp {
+                d.insert("saddr".into(), t.saddr.to_string().into());
+                d.insert("sport".into(), t.sport.into());
+                d.insert("daddr".into(), t.daddr.to_string().into());
+                d.insert("dport".into(), t.dport.into());
+                d.insert("tcp_state".into(), t.state.into());
+            }
+        }
         Body::Lost { count } => {
             d.insert("count".into(), (*count).into());
         }

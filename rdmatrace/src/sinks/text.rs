@@ -120,13 +120,14 @@ pub fn line(rec: &Record) -> String {
         ),
         Body::ProcessExec { ppid } => ("exec", format!("ppid {ppid}")),
         Body::ProcessExit { exit_code, .. } => ("exit", exit_text(*exit_code)),
+        Body::Retransmit(r) => ("retrans", retransmit_details(r, rec)),
         Body::Lost { count } => ("LOST", format!("{count} events dropped (ring buffer full)")),
     };
     let mut l = format!(
         "{:<12} {:<7} {:<15} {:<6} {:<8} {:<7} {}",
         hms_millis(rec.wall_ns),
-        rec.pid,
-        rec.comm,
+        rec.subject_pid(),
+        rec.subject_comm(),
         dev,
         qpn,
         event,
@@ -139,6 +140,28 @@ pub fn line(rec: &Record) -> String {
         l = cut + "+";
     }
     l
+}
+
+/// `rxe retransmit_timer`, `tcp 192.0.2.1:5001->192.0.2.2:80`; the on-CPU task when it is not
+/// the owner shown in the PID/COMM columns.
+fn retransmit_details(r: &crate::event::Retransmit, rec: &Record) -> String {
+    let mut d = match &r.tcp {
+        Some(t) => format!("tcp {}:{}->{}:{}", t.saddr, t.sport, t.daddr, t.dport),
+        None => format!("{} {}", r.transport.name(), r.reason),
+    };
+    if r.owner_pid == 0 {
+        d += " (owner unknown)";
+    } else if r.owner_pid != rec.pid {
+        d += &format!(
+            " (on cpu: {})",
+            if rec.pid == 0 {
+                "softirq"
+            } else {
+                rec.comm.as_str()
+            }
+        );
+    }
+    d
 }
 
 /// wait(2) status as `code N` or `signal NAME`.

@@ -1,0 +1,108 @@
+//! TCP, for contrast with RDMA: retransmits attributed to the socket's owner (bcc's tcpretrans
+//! shows whoever is on CPU, usually nobody useful). Ownership is learnt where a process acts
+//! on the socket: `tcp_sendmsg` (kprobe, where kprobes exist) and connect, via
+//! `inet_sock_set_state` to SYN_SENT (BTF tracepoint, works everywhere).
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::{btf_tracepoint, kprobe},
+    programs::{BtfTracePointContext, ProbeContext},
+};
+use rdmatrace_common::{
+    config::ProbeConfig,
+    event::{reason, transport, EventKind, Owner, RetransmitEvent},
+};
+
+use crate::{
+    emit::{config, header, output, wanted, wanted_pid},
+    maps::SOCK_OWNER,
+    read,
+};
+
+const AF_INET: u16 = 2;
+const AF_INET6: u16 = 10;
+const TCP_SYN_SENT: i32 = 2;
+
+#[inline(always)]
+fn remember_owner(sk: u64) {
+    if sk == 0 {
+        return;
+    }
+    let owner = Owner {
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        _pad: 0,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    };
+    let _ = SOCK_OWNER.insert(sk, owner, 0);
+}
+
+#[kprobe]
+pub fn tcp_sendmsg_owner(ctx: ProbeContext) -> u32 {
+    if let Some(sk) = ctx.arg::<u64>(0) {
+        remember_owner(sk);
+    }
+    0
+}
+
+/// `inet_sock_set_state(sk, oldstate, newstate)`: connect() runs in the caller's context.
+#[btf_tracepoint(function = "inet_sock_set_state")]
+pub fn tcp_state_owner(ctx: BtfTracePointContext) -> u32 {
+    let newstate: i32 = ctx.arg(2);
+    if newstate == TCP_SYN_SENT {
+        remember_owner(ctx.arg(0));
+    }
+    0
+}
+
+#[inline(always)]
+fn tuple(cfg: &ProbeConfig, sk: u64, ev: &mut RetransmitEvent) {
+    ev.family = read::field::<u16>(sk, cfg.sk_family).unwrap_or(0);
+    ev.state = u16::from(read::field::<u8>(sk, cfg.sk_state).unwrap_or(0));
+    ev.sport = read::field::<u16>(sk, cfg.sk_num).unwrap_or(0);
+    ev.dport = u16::from_be(read::field::<u16>(sk, cfg.sk_dport).unwrap_or(0));
+    if ev.family == AF_INET6 {
+        read::bytes(sk, cfg.sk_v6_rcv_saddr, &mut ev.saddr);
+        read::bytes(sk, cfg.sk_v6_daddr, &mut ev.daddr);
+    } else if ev.family == AF_INET {
+        read::bytes(sk, cfg.sk_rcv_saddr, &mut ev.saddr[..4]);
+        read::bytes(sk, cfg.sk_daddr, &mut ev.daddr[..4]);
+    }
+}
+
+/// `tcp_retransmit_skb(sk, skb, ...)`.
+#[btf_tracepoint(function = "tcp_retransmit_skb")]
+pub fn tcp_retransmit(ctx: BtfTracePointContext) -> u32 {
+    try_tcp_retransmit(&ctx).unwrap_or(0)
+}
+
+fn try_tcp_retransmit(ctx: &BtfTracePointContext) -> Option<u32> {
+    let cfg = config()?;
+    let sk: u64 = ctx.arg(0);
+    let owner = SOCK_OWNER.get_ptr(sk);
+    // SAFETY: a live map value; only its pid is read here.
+    let owner_pid = owner.map_or(0, |o| unsafe { (*o).pid });
+    // Retransmits run in softirq: filter on the owner when it is known.
+    let pass = if owner_pid != 0 {
+        wanted_pid(cfg, owner_pid)
+    } else {
+        wanted(cfg)
+    };
+    if !pass {
+        return None;
+    }
+    // SAFETY: all-zero is a valid value of this integer-only struct.
+    let mut ev: RetransmitEvent = unsafe { core::mem::zeroed() };
+    header(&mut ev.header, EventKind::Retransmit as u32);
+    ev.transport = transport::TCP;
+    ev.reason = reason::TCP_RETRANSMIT_SKB;
+    if let Some(o) = owner {
+        // SAFETY: as above; copied field by field into the event.
+        unsafe {
+            ev.owner.pid = (*o).pid;
+            ev.owner.comm = (*o).comm;
+        }
+    }
+    tuple(cfg, sk, &mut ev);
+    output(&ev);
+    Some(0)
+}

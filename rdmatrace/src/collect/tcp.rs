@@ -1,0 +1,62 @@
+//! TCP retransmits with socket ownership (see `rdmatrace-ebpf/src/probes/tcp.rs`).
+
+use rdmatrace_common::config::ProbeConfig;
+
+use super::{Area, Hook, ProbeSpec};
+use crate::loader::btf::{offset_of, BtfError, KernelBtf};
+
+pub const AREA: Area = Area {
+    name: "tcp",
+    rdma: false,
+    probes: &[
+        ProbeSpec {
+            program: "tcp_sendmsg_owner",
+            hook: Hook::Kprobe,
+            target: "tcp_sendmsg",
+        },
+        ProbeSpec {
+            program: "tcp_state_owner",
+            hook: Hook::BtfTracepoint,
+            target: "inet_sock_set_state",
+        },
+        ProbeSpec {
+            program: "tcp_retransmit",
+            hook: Hook::BtfTracepoint,
+            target: "tcp_retransmit_skb",
+        },
+    ],
+    resolve,
+};
+
+fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, BtfError> {
+    let btf = kbtf.vmlinux();
+    cfg.sk_family = offset_of(btf, "sock_common", "skc_family")?;
+    cfg.sk_state = offset_of(btf, "sock_common", "skc_state")?;
+    cfg.sk_num = offset_of(btf, "sock_common", "skc_num")?;
+    cfg.sk_dport = offset_of(btf, "sock_common", "skc_dport")?;
+    cfg.sk_daddr = offset_of(btf, "sock_common", "skc_daddr")?;
+    cfg.sk_rcv_saddr = offset_of(btf, "sock_common", "skc_rcv_saddr")?;
+    // `struct sock` starts with its `sock_common`; check rather than assume.
+    let common = offset_of(btf, "sock", "__sk_common")?;
+    let mut notes = Vec::new();
+    for (field, name) in [
+        (&mut cfg.sk_v6_daddr, "skc_v6_daddr"),
+        (&mut cfg.sk_v6_rcv_saddr, "skc_v6_rcv_saddr"),
+    ] {
+        match offset_of(btf, "sock_common", name) {
+            Ok(off) => *field = off + common,
+            Err(e) => notes.push(format!("IPv6 addresses: {e}")),
+        }
+    }
+    for off in [
+        &mut cfg.sk_family,
+        &mut cfg.sk_state,
+        &mut cfg.sk_num,
+        &mut cfg.sk_dport,
+        &mut cfg.sk_daddr,
+        &mut cfg.sk_rcv_saddr,
+    ] {
+        *off += common;
+    }
+    Ok(notes)
+}
