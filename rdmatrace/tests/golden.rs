@@ -77,3 +77,20 @@ fn jsonl_lines_are_typed_envelopes() {
         );
     }
 }
+
+const LOSS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lab-loss.rdmt");
+
+/// ib_write_bw rxe0 -> rxe1 with 5% netem loss on rxe0's wire, then a TCP transfer over it.
+#[test]
+fn replay_loss_text_golden() {
+    let out = run(&["trace", "--input", LOSS]);
+    assert!(out.status.success(), "{}", out.stderr);
+    insta::assert_snapshot!(out.stdout);
+}
+
+#[test]
+fn replay_loss_jsonl_golden() {
+    let out = run(&["trace", "--input", LOSS, "--json", "--comm", "ib_write_bw"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    insta::assert_snapshot!(out.stdout);
+}

@@ -120,7 +120,7 @@ pub fn line(rec: &Record) -> String {
         ),
         Body::ProcessExec { ppid } => ("exec", format!("ppid {ppid}")),
         Body::ProcessExit { exit_code, .. } => ("exit", exit_text(*exit_code)),
-        Body::Retransmit(r) => ("retrans", retransmit_details(r, rec)),
+        Body::Retransmit(r) => ("retrans", retransmit_details(r)),
         Body::Lost { count } => ("LOST", format!("{count} events dropped (ring buffer full)")),
     };
     let mut l = format!(
@@ -142,24 +142,15 @@ pub fn line(rec: &Record) -> String {
     l
 }
 
-/// `rxe retransmit_timer`, `tcp 192.0.2.1:5001->192.0.2.2:80`; the on-CPU task when it is not
-/// the owner shown in the PID/COMM columns.
-fn retransmit_details(r: &crate::event::Retransmit, rec: &Record) -> String {
+/// `rxe retransmit_timer`, `tcp 192.0.2.1:5001->192.0.2.2:80`.
+fn retransmit_details(r: &crate::event::Retransmit) -> String {
     let mut d = match &r.tcp {
         Some(t) => format!("tcp {}:{}->{}:{}", t.saddr, t.sport, t.daddr, t.dport),
         None => format!("{} {}", r.transport.name(), r.reason),
     };
+    // The PID/COMM columns show the owner; JSON also has the on-CPU task.
     if r.owner_pid == 0 {
         d += " (owner unknown)";
-    } else if r.owner_pid != rec.pid {
-        d += &format!(
-            " (on cpu: {})",
-            if rec.pid == 0 {
-                "softirq"
-            } else {
-                rec.comm.as_str()
-            }
-        );
     }
     d
 }
