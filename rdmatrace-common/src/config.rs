@@ -56,6 +56,38 @@ pub struct ProbeConfig {
     pub sk_v6_daddr: u32,
     pub sk_v6_rcv_saddr: u32,
 
+    // struct rdma_restrack_entry (every user-visible RDMA object embeds one as `res`)
+    pub res_task: u32,
+    pub res_type: u32,
+    pub res_user: u32,
+    pub res_id: u32,
+    /// `task_struct.comm`.
+    pub task_comm: u32,
+    /// Per `enum rdma_restrack_type`: offset of `res` inside the object's struct.
+    pub res_base: [u32; RES_TYPES],
+    /// Per type: offset of the `struct ib_device *` inside the object's struct.
+    pub res_device: [u32; RES_TYPES],
+    // struct ib_cq / struct ib_mr details
+    pub cq_cqe: u32,
+    pub cq_comp_vector: u32,
+    pub mr_lkey: u32,
+    pub mr_rkey: u32,
+    pub mr_length: u32,
+    pub mr_iova: u32,
+    // struct ib_event
+    pub ev_device: u32,
+    pub ev_element: u32,
+    pub ev_event: u32,
+    // rdma_cm: struct rdma_cm_event, struct rdma_cm_id, struct rdma_id_private
+    pub cm_ev_event: u32,
+    pub cm_ev_status: u32,
+    pub cm_id_device: u32,
+    pub cm_id_qp: u32,
+    pub cm_id_src: u32,
+    pub cm_id_dst: u32,
+    pub cm_priv_id: u32,
+    pub cm_priv_res: u32,
+
     // Argument positions (0-based) of the probed functions, from their BTF prototypes.
     /// `ib_create_qp_user(dev, pd, attr, ...)`: the `ib_device *`.
     pub create_arg_dev: u32,
@@ -67,8 +99,20 @@ pub struct ProbeConfig {
     pub modify_arg_mask: u32,
     /// `ib_destroy_qp_user(qp, udata)`.
     pub destroy_arg_qp: u32,
+    /// `ib_uverbs_{qp,cq,srq}_event_handler(event, context)`: the `ib_event *`.
+    pub async_arg_event: u32,
+    /// `ib_uverbs_event_handler(handler, event)`: the `ib_event *`.
+    pub async_dev_arg_event: u32,
+    /// `ucma_event_handler(cm_id, event)`.
+    pub ucma_arg_id: u32,
+    pub ucma_arg_event: u32,
+    /// `rdma_id_private.qp_num`: the QPN a user-space QP announced in connect/accept.
+    pub cm_priv_qp_num: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 148);
+
+/// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
+pub const RES_TYPES: usize = 8;
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 320);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -110,12 +154,41 @@ impl ProbeConfig {
             sk_rcv_saddr: U,
             sk_v6_daddr: U,
             sk_v6_rcv_saddr: U,
+            res_task: U,
+            res_type: U,
+            res_user: U,
+            res_id: U,
+            task_comm: U,
+            res_base: [U; RES_TYPES],
+            res_device: [U; RES_TYPES],
+            cq_cqe: U,
+            cq_comp_vector: U,
+            mr_lkey: U,
+            mr_rkey: U,
+            mr_length: U,
+            mr_iova: U,
+            ev_device: U,
+            ev_element: U,
+            ev_event: U,
+            cm_ev_event: U,
+            cm_ev_status: U,
+            cm_id_device: U,
+            cm_id_qp: U,
+            cm_id_src: U,
+            cm_id_dst: U,
+            cm_priv_id: U,
+            cm_priv_res: U,
             create_arg_dev: U,
             create_arg_attr: U,
             modify_arg_qp: U,
             modify_arg_attr: U,
             modify_arg_mask: U,
             destroy_arg_qp: U,
+            async_arg_event: U,
+            async_dev_arg_event: U,
+            ucma_arg_id: U,
+            ucma_arg_event: U,
+            cm_priv_qp_num: U,
         }
     }
 }

@@ -16,17 +16,25 @@ pub enum EventKind {
     ProcessExec = 4,
     ProcessExit = 5,
     Retransmit = 6,
+    ResourceAdd = 7,
+    ResourceDel = 8,
+    AsyncEvent = 9,
+    CmEvent = 10,
 }
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 6] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
         EventKind::ProcessExec,
         EventKind::ProcessExit,
         EventKind::Retransmit,
+        EventKind::ResourceAdd,
+        EventKind::ResourceDel,
+        EventKind::AsyncEvent,
+        EventKind::CmEvent,
     ];
 
     pub const fn from_raw(raw: u32) -> Option<EventKind> {
@@ -37,6 +45,10 @@ impl EventKind {
             4 => Some(EventKind::ProcessExec),
             5 => Some(EventKind::ProcessExit),
             6 => Some(EventKind::Retransmit),
+            7 => Some(EventKind::ResourceAdd),
+            8 => Some(EventKind::ResourceDel),
+            9 => Some(EventKind::AsyncEvent),
+            10 => Some(EventKind::CmEvent),
             _ => None,
         }
     }
@@ -195,6 +207,84 @@ pub struct RetransmitEvent {
 }
 const _: () = assert!(core::mem::size_of::<RetransmitEvent>() == 40 + 72 + 8 + 24 + 8 + 32);
 
+/// An RDMA object (CQ, MR, SRQ, PD, device context, CM id, counter) was added to or removed from
+/// the kernel's resource tracker (`rdma_restrack_add` / `rdma_restrack_del`): one driver-independent
+/// hook for every object type, with the owning process the kernel recorded for it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourceEvent {
+    pub header: EventHeader,
+    pub dev: [u8; DEV_NAME_LEN],
+    /// `enum rdma_restrack_type` (PD = 0, CQ = 1, QP = 2, CM_ID = 3, MR = 4, CTX = 5, ...).
+    pub res_type: u32,
+    /// The tracker's id: what `rdma res show` calls cqn / mrn / pdn / srqn / cm-idn.
+    pub res_id: u32,
+    /// Owner recorded by the kernel (`res->task`), 0 for kernel-owned objects.
+    pub owner_pid: u32,
+    /// Non-zero for objects created by user space.
+    pub user: u32,
+    /// CQ: entries and completion vector.
+    pub cqe: u32,
+    pub comp_vector: u32,
+    /// MR: keys, length and I/O virtual address.
+    pub lkey: u32,
+    pub rkey: u32,
+    pub length: u64,
+    pub iova: u64,
+    pub owner_comm: [u8; COMM_LEN],
+}
+const _: () = assert!(core::mem::size_of::<ResourceEvent>() == 40 + 64 + 32 + 16 + 16);
+
+/// What an [`AsyncEvent`] is about.
+pub mod element {
+    pub const QP: u32 = 1;
+    pub const CQ: u32 = 2;
+    pub const SRQ: u32 = 3;
+    pub const PORT: u32 = 4;
+}
+
+/// An asynchronous event (`enum ib_event_type`) delivered to user space through ib_uverbs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    pub header: EventHeader,
+    /// Device, and the QPN for QP events.
+    pub qp: QpIdent,
+    pub event_type: u32,
+    /// One of [`element`].
+    pub element: u32,
+    /// CQ / SRQ tracker id, or the port number.
+    pub element_id: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<AsyncEvent>() == 40 + 72 + 16);
+
+/// An RDMA CM event delivered to a user process (`ucma_event_handler`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmEvent {
+    pub header: EventHeader,
+    /// Device (once bound) and the QPN of the id's QP (0 before one exists).
+    pub qp: QpIdent,
+    /// `enum rdma_cm_event_type`.
+    pub event: u32,
+    /// 0, a negative errno, or (REJECTED) the reject reason.
+    pub status: i32,
+    /// The process owning the cm_id (from its resource tracker entry).
+    pub owner_pid: u32,
+    /// The cm_id's tracker id.
+    pub cm_id: u32,
+    pub owner_comm: [u8; COMM_LEN],
+    /// AF_INET / AF_INET6 and ports (host order) of the id's source and destination.
+    pub src_family: u16,
+    pub src_port: u16,
+    pub dst_family: u16,
+    pub dst_port: u16,
+    pub src_addr: [u8; GID_LEN],
+    pub dst_addr: [u8; GID_LEN],
+}
+const _: () = assert!(core::mem::size_of::<CmEvent>() == 40 + 72 + 16 + 16 + 8 + 32);
+
 /// Value of a state field that the caller did not set.
 pub const STATE_UNKNOWN: u32 = u32::MAX;
 
@@ -242,4 +332,10 @@ mod pod {
     unsafe impl aya::Pod for RetransmitEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for Owner {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ResourceEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for AsyncEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for CmEvent {}
 }

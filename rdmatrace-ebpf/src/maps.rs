@@ -44,3 +44,8 @@ pub static PENDING_DESTROY: HashMap<u64, QpDestroyEvent> =
 /// sockets age out without bookkeeping.
 #[map]
 pub static SOCK_OWNER: LruHashMap<u64, Owner> = LruHashMap::with_max_entries(MAX_SOCKETS, 0);
+
+/// `rdma_restrack_add` entry argument (the `rdma_restrack_entry *`) by pid_tgid, until it
+/// returns: the tracker id is only assigned inside the call.
+#[map]
+pub static PENDING_RES: HashMap<u64, u64> = HashMap::with_max_entries(MAX_INFLIGHT, 0);

@@ -3,13 +3,17 @@
 use std::mem::size_of;
 
 use rdmatrace_common::event::{
-    attr_mask as mask, reason, transport, EventHeader, EventKind, ProcessEvent, QpCreateEvent,
-    QpDestroyEvent, QpIdent, QpModifyEvent, RetransmitEvent, STATE_UNKNOWN,
+    attr_mask as mask, element, reason, transport, AsyncEvent as RawAsync, CmEvent as RawCm,
+    EventHeader, EventKind, ProcessEvent, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent,
+    ResourceEvent, RetransmitEvent, STATE_UNKNOWN,
 };
 
 use crate::{
     clock::ClockAnchor,
-    event::{Body, ModifyAttrs, QpInfo, QpKey, QpState, Record, Retransmit, TcpTuple, Transport},
+    event::{
+        cm_event_name, ib_event_name, AsyncElement, AsyncEvent, Body, CmEvent, ModifyAttrs, QpInfo,
+        QpKey, QpState, Record, ResType, Resource, Retransmit, TcpTuple, Transport,
+    },
 };
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -132,6 +136,62 @@ fn retransmit(ev: &RetransmitEvent) -> Body {
     })
 }
 
+fn resource(ev: &ResourceEvent, added: bool) -> Body {
+    let res_type = ResType::from_raw(ev.res_type);
+    Body::Resource(Resource {
+        added,
+        res_type,
+        dev: c_str(&ev.dev),
+        id: ev.res_id,
+        owner_pid: ev.owner_pid,
+        owner_comm: c_str(&ev.owner_comm),
+        user: ev.user != 0,
+        cq: (res_type == ResType::Cq).then_some((ev.cqe, ev.comp_vector)),
+        mr: (res_type == ResType::Mr).then_some((ev.lkey, ev.rkey, ev.length, ev.iova)),
+    })
+}
+
+fn async_event(ev: &RawAsync) -> Body {
+    let dev = c_str(&ev.qp.dev);
+    let element = match ev.element {
+        element::QP => AsyncElement::Qp(QpKey {
+            dev: dev.clone(),
+            qpn: ev.qp.qpn,
+        }),
+        element::CQ => AsyncElement::Cq(ev.element_id),
+        element::SRQ => AsyncElement::Srq(ev.element_id),
+        _ => AsyncElement::Port(ev.element_id),
+    };
+    Body::Async(AsyncEvent {
+        dev,
+        event: ib_event_name(ev.event_type),
+        element,
+        owner_pid: 0,
+        owner_comm: String::new(),
+    })
+}
+
+fn sockaddr(family: u16, port: u16, addr: &[u8; 16]) -> Option<std::net::SocketAddr> {
+    match family {
+        2 | 10 => Some(std::net::SocketAddr::new(ip(family, addr), port)),
+        _ => None,
+    }
+}
+
+fn cm_event(ev: &RawCm) -> Body {
+    Body::Cm(CmEvent {
+        dev: c_str(&ev.qp.dev),
+        qpn: ev.qp.qpn,
+        event: cm_event_name(ev.event),
+        status: ev.status,
+        cm_id: ev.cm_id,
+        owner_pid: ev.owner_pid,
+        owner_comm: c_str(&ev.owner_comm),
+        src: sockaddr(ev.src_family, ev.src_port, &ev.src_addr),
+        dst: sockaddr(ev.dst_family, ev.dst_port, &ev.dst_addr),
+    })
+}
+
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError> {
     if bytes.len() < size_of::<EventHeader>() {
@@ -191,6 +251,18 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
         EventKind::Retransmit => {
             let ev: RetransmitEvent = read(bytes, kind)?;
             (ev.header, retransmit(&ev))
+        }
+        EventKind::ResourceAdd | EventKind::ResourceDel => {
+            let ev: ResourceEvent = read(bytes, kind)?;
+            (ev.header, resource(&ev, kind == EventKind::ResourceAdd))
+        }
+        EventKind::AsyncEvent => {
+            let ev: RawAsync = read(bytes, kind)?;
+            (ev.header, async_event(&ev))
+        }
+        EventKind::CmEvent => {
+            let ev: RawCm = read(bytes, kind)?;
+            (ev.header, cm_event(&ev))
         }
     };
     Ok(Record {

@@ -149,6 +149,169 @@ pub struct Retransmit {
     pub owner_comm: String,
 }
 
+/// `enum rdma_restrack_type` as the object names used in output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResType {
+    Pd,
+    Cq,
+    Qp,
+    CmId,
+    Mr,
+    Ctx,
+    Counter,
+    Srq,
+    Other(u32),
+}
+
+impl ResType {
+    pub fn from_raw(raw: u32) -> ResType {
+        match raw {
+            0 => ResType::Pd,
+            1 => ResType::Cq,
+            2 => ResType::Qp,
+            3 => ResType::CmId,
+            4 => ResType::Mr,
+            5 => ResType::Ctx,
+            6 => ResType::Counter,
+            7 => ResType::Srq,
+            n => ResType::Other(n),
+        }
+    }
+
+    /// (JSON type when added, when removed, text verb when added, when removed, label).
+    pub fn names(
+        self,
+    ) -> (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    ) {
+        match self {
+            ResType::Pd => ("pd_alloc", "pd_dealloc", "alloc", "free", "PD"),
+            ResType::Cq => ("cq_create", "cq_destroy", "create", "destroy", "CQ"),
+            ResType::Qp => ("qp_track", "qp_untrack", "track", "untrack", "QP"),
+            ResType::CmId => (
+                "cm_id_create",
+                "cm_id_destroy",
+                "create",
+                "destroy",
+                "CM_ID",
+            ),
+            ResType::Mr => ("mr_reg", "mr_dereg", "reg", "dereg", "MR"),
+            ResType::Ctx => ("ctx_open", "ctx_close", "open", "close", "CTX"),
+            ResType::Counter => ("counter_alloc", "counter_free", "alloc", "free", "COUNTER"),
+            ResType::Srq => ("srq_create", "srq_destroy", "create", "destroy", "SRQ"),
+            ResType::Other(_) => ("res_add", "res_del", "add", "del", "RES"),
+        }
+    }
+}
+
+/// An RDMA object added to / removed from the kernel's resource tracker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resource {
+    pub added: bool,
+    pub res_type: ResType,
+    pub dev: String,
+    /// The tracker id (`rdma res show`'s cqn / mrn / pdn / srqn / cm-idn).
+    pub id: u32,
+    pub owner_pid: u32,
+    pub owner_comm: String,
+    pub user: bool,
+    /// CQ: (cqe, comp_vector).
+    pub cq: Option<(u32, u32)>,
+    /// MR: (lkey, rkey, length, iova).
+    pub mr: Option<(u32, u32, u64, u64)>,
+}
+
+/// `enum ib_event_type` names.
+pub fn ib_event_name(raw: u32) -> String {
+    const NAMES: [&str; 20] = [
+        "CQ_ERR",
+        "QP_FATAL",
+        "QP_REQ_ERR",
+        "QP_ACCESS_ERR",
+        "COMM_EST",
+        "SQ_DRAINED",
+        "PATH_MIG",
+        "PATH_MIG_ERR",
+        "DEVICE_FATAL",
+        "PORT_ACTIVE",
+        "PORT_ERR",
+        "LID_CHANGE",
+        "PKEY_CHANGE",
+        "SM_CHANGE",
+        "SRQ_ERR",
+        "SRQ_LIMIT_REACHED",
+        "QP_LAST_WQE_REACHED",
+        "CLIENT_REREGISTER",
+        "GID_CHANGE",
+        "WQ_FATAL",
+    ];
+    NAMES
+        .get(raw as usize)
+        .map_or_else(|| format!("EVENT_{raw}"), |s| (*s).to_string())
+}
+
+/// `enum rdma_cm_event_type` names.
+pub fn cm_event_name(raw: u32) -> String {
+    const NAMES: [&str; 16] = [
+        "ADDR_RESOLVED",
+        "ADDR_ERROR",
+        "ROUTE_RESOLVED",
+        "ROUTE_ERROR",
+        "CONNECT_REQUEST",
+        "CONNECT_RESPONSE",
+        "CONNECT_ERROR",
+        "UNREACHABLE",
+        "REJECTED",
+        "ESTABLISHED",
+        "DISCONNECTED",
+        "DEVICE_REMOVAL",
+        "MULTICAST_JOIN",
+        "MULTICAST_ERROR",
+        "ADDR_CHANGE",
+        "TIMEWAIT_EXIT",
+    ];
+    NAMES
+        .get(raw as usize)
+        .map_or_else(|| format!("CM_EVENT_{raw}"), |s| (*s).to_string())
+}
+
+/// What an asynchronous event is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AsyncElement {
+    Qp(QpKey),
+    Cq(u32),
+    Srq(u32),
+    Port(u32),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    pub dev: String,
+    pub event: String,
+    pub element: AsyncElement,
+    /// The owner of the QP, when the correlator knows it.
+    pub owner_pid: u32,
+    pub owner_comm: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CmEvent {
+    pub dev: String,
+    /// 0 when the id has no QP yet.
+    pub qpn: u32,
+    pub event: String,
+    pub status: i32,
+    pub cm_id: u32,
+    pub owner_pid: u32,
+    pub owner_comm: String,
+    pub src: Option<std::net::SocketAddr>,
+    pub dst: Option<std::net::SocketAddr>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
     QpCreate {
@@ -172,6 +335,9 @@ pub enum Body {
         exit_code: i32,
     },
     Retransmit(Retransmit),
+    Resource(Resource),
+    Async(AsyncEvent),
+    Cm(CmEvent),
     /// Events the kernel could not deliver (ring buffer full) since the previous report.
     Lost {
         count: u64,
@@ -188,6 +354,16 @@ impl Body {
             Body::ProcessExec { .. } => "process_exec",
             Body::ProcessExit { .. } => "process_exit",
             Body::Retransmit(_) => "retransmit",
+            Body::Resource(r) => {
+                let (add, del, ..) = r.res_type.names();
+                if r.added {
+                    add
+                } else {
+                    del
+                }
+            }
+            Body::Async(_) => "async_event",
+            Body::Cm(_) => "cm_event",
             Body::Lost { .. } => "lost",
         }
     }
@@ -204,11 +380,36 @@ impl Body {
 }
 
 impl Record {
+    /// The device an event is about, if any.
+    pub fn dev(&self) -> Option<&str> {
+        match &self.body {
+            Body::Resource(r) => Some(&r.dev),
+            Body::Async(a) => Some(&a.dev),
+            Body::Cm(c) if !c.dev.is_empty() => Some(&c.dev),
+            b => b.qp().map(|q| q.key.dev.as_str()),
+        }
+    }
+
+    /// The QPN an event is about, if any.
+    pub fn qpn(&self) -> Option<u32> {
+        match &self.body {
+            Body::Async(AsyncEvent {
+                element: AsyncElement::Qp(k),
+                ..
+            }) => Some(k.qpn),
+            Body::Cm(c) if c.qpn != 0 => Some(c.qpn),
+            b => b.qp().map(|q| q.key.qpn),
+        }
+    }
+
     /// The process an event is about: the owner of the QP/socket for events that fire outside
     /// the owner's context (retransmits), else the process that made the call.
     pub fn subject_pid(&self) -> u32 {
         match &self.body {
             Body::Retransmit(r) if r.owner_pid != 0 => r.owner_pid,
+            Body::Resource(r) if r.owner_pid != 0 => r.owner_pid,
+            Body::Async(a) if a.owner_pid != 0 => a.owner_pid,
+            Body::Cm(c) if c.owner_pid != 0 => c.owner_pid,
             _ => self.pid,
         }
     }
@@ -216,6 +417,9 @@ impl Record {
     pub fn subject_comm(&self) -> &str {
         match &self.body {
             Body::Retransmit(r) if r.owner_pid != 0 => &r.owner_comm,
+            Body::Resource(r) if r.owner_pid != 0 => &r.owner_comm,
+            Body::Async(a) if a.owner_pid != 0 => &a.owner_comm,
+            Body::Cm(c) if c.owner_pid != 0 => &c.owner_comm,
             _ => &self.comm,
         }
     }

@@ -78,7 +78,10 @@ fn jsonl_lines_are_typed_envelopes() {
     }
 }
 
-const LOSS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/lab-loss.rdmt");
+const LOSS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/lab-loss.rdmt"
+);
 
 /// ib_write_bw rxe0 -> rxe1 with 5% netem loss on rxe0's wire, then a TCP transfer over it.
 #[test]

@@ -12,39 +12,16 @@ use rdmatrace_common::{
     event::{
         attr_mask, EventKind, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, STATE_UNKNOWN,
     },
-    limits::UNRESOLVED,
 };
 
 use crate::{
     emit::{config, header, output, wanted},
     maps::{PENDING_CREATE, PENDING_DESTROY, PENDING_MODIFY},
-    read,
+    read::{self, arg},
 };
 
 /// Largest errno the kernel encodes in a pointer (`MAX_ERRNO`).
 const MAX_ERRNO: u64 = 4095;
-
-/// Argument `n` of the probed call. The position comes from BTF at run time, but the verifier
-/// only allows constant offsets into the context: read every register argument at a constant
-/// offset, then pick from the stack copy.
-#[inline(always)]
-fn arg(ctx: &ProbeContext, n: u32) -> u64 {
-    if n == UNRESOLVED {
-        return 0;
-    }
-    let all: [u64; 8] = [
-        ctx.arg::<u64>(0).unwrap_or(0),
-        ctx.arg::<u64>(1).unwrap_or(0),
-        ctx.arg::<u64>(2).unwrap_or(0),
-        ctx.arg::<u64>(3).unwrap_or(0),
-        ctx.arg::<u64>(4).unwrap_or(0),
-        ctx.arg::<u64>(5).unwrap_or(0),
-        0,
-        0,
-    ];
-    let all = core::hint::black_box(all);
-    all[(n & 7) as usize]
-}
 
 /// Fills device name, QPN and type from a `struct ib_qp *`.
 #[inline(always)]

@@ -5,7 +5,10 @@ use rdmatrace_common::config::ProbeConfig;
 
 use crate::loader::btf::{BtfError, KernelBtf};
 
+pub mod async_event;
+pub mod cm;
 pub mod qp;
+pub mod res;
 pub mod rxe;
 pub mod sched;
 pub mod tcp;
@@ -41,4 +44,12 @@ pub struct Area {
 }
 
 /// Every area the tool knows, in attach order.
-pub const AREAS: &[Area] = &[qp::AREA, rxe::AREA, tcp::AREA, sched::AREA];
+pub const AREAS: &[Area] = &[
+    qp::AREA,
+    res::AREA,
+    async_event::AREA,
+    cm::AREA,
+    rxe::AREA,
+    tcp::AREA,
+    sched::AREA,
+];

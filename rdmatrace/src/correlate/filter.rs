@@ -30,11 +30,8 @@ impl Filter {
         if self.dev.is_none() && self.qpn.is_none() {
             return true;
         }
-        // A device or QPN filter keeps only QP events of that device / QPN.
-        let Some(qp) = rec.body.qp() else {
-            return false;
-        };
-        self.dev.as_deref().is_none_or(|d| d == qp.key.dev)
-            && self.qpn.is_none_or(|q| q == qp.key.qpn)
+        // A device or QPN filter keeps only events about that device / QPN.
+        self.dev.as_deref().is_none_or(|d| rec.dev() == Some(d))
+            && self.qpn.is_none_or(|q| rec.qpn() == Some(q))
     }
 }

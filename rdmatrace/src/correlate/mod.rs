@@ -69,6 +69,15 @@ impl Correlator {
             Body::ProcessExit { .. } => {
                 self.comms.remove(&rec.pid);
             }
+            // QP async events are delivered from work queues: the QP's creator owns them.
+            Body::Async(a) => {
+                if let crate::event::AsyncElement::Qp(key) = &a.element {
+                    if let Some(t) = self.qps.get(key) {
+                        a.owner_pid = t.owner_pid;
+                        a.owner_comm = t.owner_comm.clone();
+                    }
+                }
+            }
             // rxe timers fire in softirq: the QP's creator owns the retransmit.
             Body::Retransmit(r) if r.owner_pid == 0 => {
                 if let Some(t) = r.qp.as_ref().and_then(|qp| self.qps.get(&qp.key)) {

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use crate::{
     clock::rfc3339,
-    event::{qp_type_name, Body, Record},
+    event::{qp_type_name, AsyncElement, Body, Record},
     sinks::{text::gid_text, Sink},
 };
 
@@ -91,6 +91,53 @@ pub fn to_json(rec: &Record) -> Value {
                 d.insert("dport".into(), t.dport.into());
                 d.insert("tcp_state".into(), t.state.into());
             }
+        }
+        Body::Resource(r) => {
+            d.insert("dev".into(), r.dev.clone().into());
+            d.insert("object".into(), r.res_type.names().4.into());
+            d.insert("id".into(), r.id.into());
+            d.insert("owner_pid".into(), r.owner_pid.into());
+            d.insert("owner_comm".into(), r.owner_comm.clone().into());
+            d.insert("user".into(), r.user.into());
+            if let Some((cqe, vector)) = r.cq {
+                d.insert("cqe".into(), cqe.into());
+                d.insert("comp_vector".into(), vector.into());
+            }
+            if let Some((lkey, rkey, length, iova)) = r.mr {
+                d.insert("lkey".into(), lkey.into());
+                d.insert("rkey".into(), rkey.into());
+                d.insert("length".into(), length.into());
+                d.insert("iova".into(), iova.into());
+            }
+        }
+        Body::Async(a) => {
+            d.insert("dev".into(), a.dev.clone().into());
+            d.insert("event".into(), a.event.clone().into());
+            match &a.element {
+                AsyncElement::Qp(k) => d.insert("qpn".into(), k.qpn.into()),
+                AsyncElement::Cq(id) => d.insert("cqn".into(), (*id).into()),
+                AsyncElement::Srq(id) => d.insert("srqn".into(), (*id).into()),
+                AsyncElement::Port(p) => d.insert("port".into(), (*p).into()),
+            };
+            d.insert(
+                "owner_pid".into(),
+                if a.owner_pid == 0 {
+                    Value::Null
+                } else {
+                    a.owner_pid.into()
+                },
+            );
+        }
+        Body::Cm(c) => {
+            d.insert("dev".into(), c.dev.clone().into());
+            d.insert("qpn".into(), c.qpn.into());
+            d.insert("event".into(), c.event.clone().into());
+            d.insert("status".into(), c.status.into());
+            d.insert("cm_id".into(), c.cm_id.into());
+            d.insert("owner_pid".into(), c.owner_pid.into());
+            d.insert("owner_comm".into(), c.owner_comm.clone().into());
+            d.insert("src".into(), c.src.map(|a| a.to_string()).into());
+            d.insert("dst".into(), c.dst.map(|a| a.to_string()).into());
         }
         Body::Lost { count } => {
             d.insert("count".into(), (*count).into());

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use crate::{
     clock::hms_millis,
-    event::{mtu_bytes, qp_type_name, Body, ModifyAttrs, Record},
+    event::{mtu_bytes, qp_type_name, AsyncElement, Body, ModifyAttrs, Record},
     sinks::Sink,
 };
 
@@ -97,10 +97,10 @@ pub fn errno_text(ret: i32) -> String {
 
 /// One output line (without newline) for `rec`.
 pub fn line(rec: &Record) -> String {
-    let (dev, qpn) = match rec.body.qp() {
-        Some(qp) => (qp.key.dev.as_str(), format!("{:#08x}", qp.key.qpn)),
-        None => ("-", "-".to_string()),
-    };
+    let dev = rec.dev().filter(|d| !d.is_empty()).unwrap_or("-");
+    let qpn = rec
+        .qpn()
+        .map_or_else(|| "-".to_string(), |q| format!("{q:#08x}"));
     let (event, details) = match &rec.body {
         Body::QpCreate { qp, ret } => (
             "create",
@@ -121,6 +121,26 @@ pub fn line(rec: &Record) -> String {
         Body::ProcessExec { ppid } => ("exec", format!("ppid {ppid}")),
         Body::ProcessExit { exit_code, .. } => ("exit", exit_text(*exit_code)),
         Body::Retransmit(r) => ("retrans", retransmit_details(r)),
+        Body::Resource(r) => resource_line(r),
+        Body::Async(a) => (
+            "async",
+            match &a.element {
+                AsyncElement::Qp(_) => a.event.clone(),
+                AsyncElement::Cq(id) => format!("{} CQ#{id}", a.event),
+                AsyncElement::Srq(id) => format!("{} SRQ#{id}", a.event),
+                AsyncElement::Port(p) => format!("{} port {p}", a.event),
+            },
+        ),
+        Body::Cm(c) => {
+            let mut d = c.event.clone();
+            if c.status != 0 {
+                d += &format!(" status {}", c.status);
+            }
+            if let (Some(s), Some(t)) = (c.src, c.dst) {
+                d += &format!(" {s}->{t}");
+            }
+            ("cm", d)
+        }
         Body::Lost { count } => ("LOST", format!("{count} events dropped (ring buffer full)")),
     };
     let mut l = format!(
@@ -153,6 +173,18 @@ fn retransmit_details(r: &crate::event::Retransmit) -> String {
         d += " (owner unknown)";
     }
     d
+}
+
+fn resource_line(r: &crate::event::Resource) -> (&'static str, String) {
+    let (_, _, add, del, label) = r.res_type.names();
+    let mut d = format!("{label}#{}", r.id);
+    if let Some((cqe, vector)) = r.cq {
+        d += &format!(" cqe {cqe} vector {vector}");
+    }
+    if let Some((lkey, rkey, length, _)) = r.mr {
+        d += &format!(" {length} B lkey {lkey:#x} rkey {rkey:#x}");
+    }
+    (if r.added { add } else { del }, d)
 }
 
 /// wait(2) status as `code N` or `signal NAME`.

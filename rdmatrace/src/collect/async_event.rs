@@ -1,0 +1,57 @@
+//! Asynchronous events to user space (see `rdmatrace-ebpf/src/probes/async_event.rs`).
+
+use rdmatrace_common::config::ProbeConfig;
+
+use super::{res::resolve_tracker, Area, Hook, ProbeSpec};
+use crate::loader::btf::{offset_of, param_index, BtfError, KernelBtf};
+
+pub const AREA: Area = Area {
+    name: "async",
+    rdma: true,
+    probes: &[
+        ProbeSpec {
+            program: "async_qp",
+            hook: Hook::Kprobe,
+            target: "ib_uverbs_qp_event_handler",
+        },
+        ProbeSpec {
+            program: "async_cq",
+            hook: Hook::Kprobe,
+            target: "ib_uverbs_cq_event_handler",
+        },
+        ProbeSpec {
+            program: "async_srq",
+            hook: Hook::Kprobe,
+            target: "ib_uverbs_srq_event_handler",
+        },
+        ProbeSpec {
+            program: "async_port",
+            hook: Hook::Kprobe,
+            target: "ib_uverbs_event_handler",
+        },
+    ],
+    resolve,
+};
+
+fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, BtfError> {
+    let mut notes = Vec::new();
+    resolve_tracker(kbtf, cfg, &mut notes)?;
+    let core = kbtf.scope("ib_core", "ib_qp")?;
+    cfg.ev_device = offset_of(core, "ib_event", "device")?;
+    cfg.ev_element = offset_of(core, "ib_event", "element")?;
+    cfg.ev_event = offset_of(core, "ib_event", "event")?;
+    let uverbs = kbtf.scope("ib_uverbs", "ib_uverbs_file")?;
+    let qp = param_index(uverbs, "ib_uverbs_qp_event_handler", &["event"])?;
+    for f in ["ib_uverbs_cq_event_handler", "ib_uverbs_srq_event_handler"] {
+        let i = param_index(uverbs, f, &["event"])?;
+        if i != qp {
+            return Err(BtfError::NoParam {
+                func: format!("{f} (event at {i}, not {qp})"),
+                names: vec!["event".into()],
+            });
+        }
+    }
+    cfg.async_arg_event = qp;
+    cfg.async_dev_arg_event = param_index(uverbs, "ib_uverbs_event_handler", &["event"])?;
+    Ok(notes)
+}
