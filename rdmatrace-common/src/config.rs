@@ -55,6 +55,8 @@ pub struct ProbeConfig {
     pub sk_rcv_saddr: u32,
     pub sk_v6_daddr: u32,
     pub sk_v6_rcv_saddr: u32,
+    /// `struct sock.sk_protocol`.
+    pub sk_protocol: u32,
 
     // struct rdma_restrack_entry (every user-visible RDMA object embeds one as `res`)
     pub res_task: u32,
@@ -108,11 +110,15 @@ pub struct ProbeConfig {
     pub ucma_arg_event: u32,
     /// `rdma_id_private.qp_num`: the QPN a user-space QP announced in connect/accept.
     pub cm_priv_qp_num: u32,
+    /// `rxe_xmit_packet(qp, pkt, skb)`: positions of the QP and the skb; `sk_buff.len`.
+    pub xmit_arg_qp: u32,
+    pub xmit_arg_skb: u32,
+    pub skb_len: u32,
 }
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 320);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -154,6 +160,7 @@ impl ProbeConfig {
             sk_rcv_saddr: U,
             sk_v6_daddr: U,
             sk_v6_rcv_saddr: U,
+            sk_protocol: U,
             res_task: U,
             res_type: U,
             res_user: U,
@@ -189,6 +196,9 @@ impl ProbeConfig {
             ucma_arg_id: U,
             ucma_arg_event: U,
             cm_priv_qp_num: U,
+            xmit_arg_qp: U,
+            xmit_arg_skb: U,
+            skb_len: U,
         }
     }
 }

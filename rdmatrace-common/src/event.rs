@@ -20,11 +20,16 @@ pub enum EventKind {
     ResourceDel = 8,
     AsyncEvent = 9,
     CmEvent = 10,
+    /// Samples made by user space from kernel aggregates and sysfs (same wire format, so they
+    /// flow and record like every other event).
+    TcpBytes = 100,
+    QpTraffic = 101,
+    Counter = 102,
 }
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
@@ -35,6 +40,9 @@ impl EventKind {
         EventKind::ResourceDel,
         EventKind::AsyncEvent,
         EventKind::CmEvent,
+        EventKind::TcpBytes,
+        EventKind::QpTraffic,
+        EventKind::Counter,
     ];
 
     pub const fn from_raw(raw: u32) -> Option<EventKind> {
@@ -49,6 +57,9 @@ impl EventKind {
             8 => Some(EventKind::ResourceDel),
             9 => Some(EventKind::AsyncEvent),
             10 => Some(EventKind::CmEvent),
+            100 => Some(EventKind::TcpBytes),
+            101 => Some(EventKind::QpTraffic),
+            102 => Some(EventKind::Counter),
             _ => None,
         }
     }
@@ -285,6 +296,66 @@ pub struct CmEvent {
 }
 const _: () = assert!(core::mem::size_of::<CmEvent>() == 40 + 72 + 16 + 16 + 8 + 32);
 
+/// Per-process TCP traffic, summed in the kernel (`sock_send_length` / `sock_recv_length` on
+/// TCP sockets) and read by user space. As a kernel map value the fields are running totals;
+/// as a [`TcpBytesSample`] they are deltas since the previous sample.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpBytes {
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub tx_calls: u64,
+    pub rx_calls: u64,
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(core::mem::size_of::<TcpBytes>() == 48);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpBytesSample {
+    /// `pid`/`comm`: the process; `ts_ns`: when sampled.
+    pub header: EventHeader,
+    pub bytes: TcpBytes,
+}
+const _: () = assert!(core::mem::size_of::<TcpBytesSample>() == 88);
+
+/// Packets and bytes a QP sent (rxe: `rxe_xmit_packet`), keyed in the kernel by the QP's
+/// address; totals in the map, deltas in a [`QpTrafficSample`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpTraffic {
+    pub qp: QpIdent,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+}
+const _: () = assert!(core::mem::size_of::<QpTraffic>() == 88);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpTrafficSample {
+    pub header: EventHeader,
+    pub traffic: QpTraffic,
+}
+const _: () = assert!(core::mem::size_of::<QpTrafficSample>() == 128);
+
+/// Longest counter file name kept.
+pub const COUNTER_NAME_LEN: usize = 48;
+
+/// A port counter (`/sys/class/infiniband/DEV/ports/N/{counters,hw_counters}/NAME`) that moved.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterSample {
+    pub header: EventHeader,
+    pub dev: [u8; DEV_NAME_LEN],
+    pub port: u32,
+    /// 1 for `hw_counters`, 0 for `counters`.
+    pub hw: u32,
+    pub name: [u8; COUNTER_NAME_LEN],
+    pub value: u64,
+    pub delta: u64,
+}
+const _: () = assert!(core::mem::size_of::<CounterSample>() == 40 + 64 + 8 + 48 + 16);
+
 /// Value of a state field that the caller did not set.
 pub const STATE_UNKNOWN: u32 = u32::MAX;
 
@@ -338,4 +409,14 @@ mod pod {
     unsafe impl aya::Pod for AsyncEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for CmEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for TcpBytes {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for TcpBytesSample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for QpTraffic {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for QpTrafficSample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for CounterSample {}
 }

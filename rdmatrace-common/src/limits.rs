@@ -17,3 +17,7 @@ pub const UNRESOLVED: u32 = u32::MAX;
 pub const MAX_TRACED: u32 = 8192;
 /// Sockets whose owner is remembered for TCP retransmit attribution.
 pub const MAX_SOCKETS: u32 = 16384;
+/// Processes whose TCP traffic is summed at once.
+pub const MAX_PROCESSES: u32 = 8192;
+/// QPs whose traffic is summed at once.
+pub const MAX_QPS: u32 = 16384;

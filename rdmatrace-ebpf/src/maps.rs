@@ -2,12 +2,12 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{Owner, QpDestroyEvent, QpModifyEvent},
-    limits::{MAX_INFLIGHT, MAX_SOCKETS, MAX_TRACED, RINGBUF_BYTES},
+    event::{Owner, QpDestroyEvent, QpModifyEvent, QpTraffic, TcpBytes},
+    limits::{MAX_INFLIGHT, MAX_PROCESSES, MAX_QPS, MAX_SOCKETS, MAX_TRACED, RINGBUF_BYTES},
 };
 
 /// Every event goes here. User space may resize it before load (`--ringbuf-size`).
@@ -49,3 +49,14 @@ pub static SOCK_OWNER: LruHashMap<u64, Owner> = LruHashMap::with_max_entries(MAX
 /// returns: the tracker id is only assigned inside the call.
 #[map]
 pub static PENDING_RES: HashMap<u64, u64> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Per-process TCP totals (tgid -> bytes and calls), per CPU (no atomics on the hot path);
+/// user space sums the CPUs and turns totals into deltas.
+#[map]
+pub static TCP_BYTES: LruPerCpuHashMap<u32, TcpBytes> =
+    LruPerCpuHashMap::with_max_entries(MAX_PROCESSES, 0);
+
+/// Per-QP transmit totals, per CPU (rxe: keyed by `struct rxe_qp *`).
+#[map]
+pub static QP_TRAFFIC: LruPerCpuHashMap<u64, QpTraffic> =
+    LruPerCpuHashMap::with_max_entries(MAX_QPS, 0);

@@ -4,15 +4,16 @@ use std::mem::size_of;
 
 use rdmatrace_common::event::{
     attr_mask as mask, element, reason, transport, AsyncEvent as RawAsync, CmEvent as RawCm,
-    EventHeader, EventKind, ProcessEvent, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent,
-    ResourceEvent, RetransmitEvent, STATE_UNKNOWN,
+    CounterSample, EventHeader, EventKind, ProcessEvent, QpCreateEvent, QpDestroyEvent, QpIdent,
+    QpModifyEvent, QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, STATE_UNKNOWN,
 };
 
 use crate::{
     clock::ClockAnchor,
     event::{
-        cm_event_name, ib_event_name, AsyncElement, AsyncEvent, Body, CmEvent, ModifyAttrs, QpInfo,
-        QpKey, QpState, Record, ResType, Resource, Retransmit, TcpTuple, Transport,
+        cm_event_name, ib_event_name, AsyncElement, AsyncEvent, Body, CmEvent, CounterDelta,
+        ModifyAttrs, QpInfo, QpKey, QpState, QpTrafficDelta, Record, ResType, Resource, Retransmit,
+        TcpBytesDelta, TcpTuple, Transport,
     },
 };
 
@@ -263,6 +264,40 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
         EventKind::CmEvent => {
             let ev: RawCm = read(bytes, kind)?;
             (ev.header, cm_event(&ev))
+        }
+        EventKind::TcpBytes => {
+            let ev: TcpBytesSample = read(bytes, kind)?;
+            let b = ev.bytes;
+            let body = Body::TcpBytes(TcpBytesDelta {
+                tx_bytes: b.tx_bytes,
+                rx_bytes: b.rx_bytes,
+                tx_calls: b.tx_calls,
+                rx_calls: b.rx_calls,
+            });
+            (ev.header, body)
+        }
+        EventKind::QpTraffic => {
+            let ev: QpTrafficSample = read(bytes, kind)?;
+            let body = Body::QpTraffic(QpTrafficDelta {
+                qp: qp_info(&ev.traffic.qp),
+                tx_packets: ev.traffic.tx_packets,
+                tx_bytes: ev.traffic.tx_bytes,
+                owner_pid: 0,
+                owner_comm: String::new(),
+            });
+            (ev.header, body)
+        }
+        EventKind::Counter => {
+            let ev: CounterSample = read(bytes, kind)?;
+            let body = Body::Counter(CounterDelta {
+                dev: c_str(&ev.dev),
+                port: ev.port,
+                hw: ev.hw != 0,
+                name: c_str(&ev.name),
+                value: ev.value,
+                delta: ev.delta,
+            });
+            (ev.header, body)
         }
     };
     Ok(Record {

@@ -312,6 +312,38 @@ pub struct CmEvent {
     pub dst: Option<std::net::SocketAddr>,
 }
 
+/// TCP traffic of one process since the previous sample.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpBytesDelta {
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub tx_calls: u64,
+    pub rx_calls: u64,
+}
+
+/// Packets and bytes a QP sent since the previous sample.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpTrafficDelta {
+    pub qp: QpInfo,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// The QP's owner, from the correlator.
+    pub owner_pid: u32,
+    pub owner_comm: String,
+}
+
+/// A port counter that moved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CounterDelta {
+    pub dev: String,
+    pub port: u32,
+    /// From `hw_counters` (driver) rather than `counters` (IB standard).
+    pub hw: bool,
+    pub name: String,
+    pub value: u64,
+    pub delta: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
     QpCreate {
@@ -338,6 +370,9 @@ pub enum Body {
     Resource(Resource),
     Async(AsyncEvent),
     Cm(CmEvent),
+    TcpBytes(TcpBytesDelta),
+    QpTraffic(QpTrafficDelta),
+    Counter(CounterDelta),
     /// Events the kernel could not deliver (ring buffer full) since the previous report.
     Lost {
         count: u64,
@@ -363,6 +398,9 @@ impl Body {
                 }
             }
             Body::Async(_) => "async_event",
+            Body::TcpBytes(_) => "tcp_bytes",
+            Body::QpTraffic(_) => "qp_traffic",
+            Body::Counter(_) => "counter",
             Body::Cm(_) => "cm_event",
             Body::Lost { .. } => "lost",
         }
@@ -374,6 +412,7 @@ impl Body {
                 Some(qp)
             }
             Body::Retransmit(r) => r.qp.as_ref(),
+            Body::QpTraffic(t) => Some(&t.qp),
             _ => None,
         }
     }
@@ -386,6 +425,7 @@ impl Record {
             Body::Resource(r) => Some(&r.dev),
             Body::Async(a) => Some(&a.dev),
             Body::Cm(c) if !c.dev.is_empty() => Some(&c.dev),
+            Body::Counter(c) => Some(&c.dev),
             b => b.qp().map(|q| q.key.dev.as_str()),
         }
     }
@@ -410,6 +450,7 @@ impl Record {
             Body::Resource(r) if r.owner_pid != 0 => r.owner_pid,
             Body::Async(a) if a.owner_pid != 0 => a.owner_pid,
             Body::Cm(c) if c.owner_pid != 0 => c.owner_pid,
+            Body::QpTraffic(t) if t.owner_pid != 0 => t.owner_pid,
             _ => self.pid,
         }
     }
@@ -420,6 +461,7 @@ impl Record {
             Body::Resource(r) if r.owner_pid != 0 => &r.owner_comm,
             Body::Async(a) if a.owner_pid != 0 => &a.owner_comm,
             Body::Cm(c) if c.owner_pid != 0 => &c.owner_comm,
+            Body::QpTraffic(t) if t.owner_pid != 0 => &t.owner_comm,
             _ => &self.comm,
         }
     }

@@ -15,5 +15,6 @@ pub mod event;
 pub mod loader;
 pub mod pipeline;
 pub mod recording;
+pub mod sample;
 pub mod sinks;
 pub mod source;

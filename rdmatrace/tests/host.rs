@@ -151,3 +151,42 @@ fn a_recorder_killed_with_sigkill_leaves_a_replayable_file() {
         "the 5 execs before the kill were flushed: got {execs}"
     );
 }
+
+#[test]
+fn tcp_bytes_are_summed_per_sending_process() {
+    if !is_root() {
+        eprintln!("tracing needs root: skipped here");
+        return;
+    }
+    let tracer = start(
+        &["trace", "--json", "--comm", "python3"],
+        Duration::from_secs(60),
+    );
+    // A loopback transfer inside one process: 300000 bytes each way through TCP.
+    let child = Command::new("python3")
+        .args([
+            "-c",
+            "import socket,threading\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\n\
+             p=s.getsockname()[1]\ndef srv():\n c,_=s.accept()\n while c.recv(65536): pass\n\
+             t=threading.Thread(target=srv)\nt.start()\nk=socket.create_connection(('127.0.0.1',p))\n\
+             k.sendall(b'x'*300000)\nk.close()\nt.join()",
+        ])
+        .spawn()
+        .expect("python3");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("python3");
+    assert!(out.status.success());
+    std::thread::sleep(Duration::from_millis(1500));
+    let done = tracer.stop();
+    let events = done.events();
+    let samples = select(&events, "tcp_bytes", &[("pid", json!(pid))]);
+    let sum = |k: &str| {
+        samples
+            .iter()
+            .map(|e| e["data"][k].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    assert_eq!(sum("tx_bytes"), 300000, "{samples:?}");
+    assert_eq!(sum("rx_bytes"), 300000, "{samples:?}");
+    assert!(sum("tx_calls") >= 1 && sum("rx_calls") >= 1);
+}

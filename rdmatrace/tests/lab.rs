@@ -335,6 +335,33 @@ fn lab_rxe_retransmits_under_loss_are_blamed_on_the_sending_qp() {
         );
         assert_eq!(d["owner_comm"], json!("ib_write_bw"), "{e}");
     }
+    // The sender's QP moved at least the 300 x 4 KiB it was asked to (plus retransmissions).
+    let traffic = select(
+        &events,
+        "qp_traffic",
+        &[("dev", json!("rxe0")), ("qpn", json!(qpn))],
+    );
+    let bytes: u64 = traffic
+        .iter()
+        .map(|e| e["data"]["tx_bytes"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(bytes >= 300 * 4096, "qp_traffic {bytes} B: {traffic:?}");
+    assert!(
+        traffic
+            .iter()
+            .all(|e| e["data"]["owner_pid"] == json!(client_pid)),
+        "{traffic:?}"
+    );
+    // Loss shows in the port counters too: the receiver saw out-of-sequence requests.
+    let counters = select(
+        &events,
+        "counter",
+        &[
+            ("dev", json!("rxe1")),
+            ("name", json!("out_of_seq_request")),
+        ],
+    );
+    assert!(!counters.is_empty(), "no out_of_seq_request delta on rxe1");
 }
 
 #[test]

@@ -6,13 +6,15 @@
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{reason, transport, EventKind, RetransmitEvent},
+    event::{reason, transport, EventKind, QpTraffic, RetransmitEvent},
     limits::UNRESOLVED,
 };
 
 use crate::{
     emit::{config, header, output},
+    maps::QP_TRAFFIC,
     probes::qp::qp_ident,
+    read::{self, arg},
 };
 
 #[inline(always)]
@@ -52,4 +54,41 @@ fn try_rxe_timer(ctx: &ProbeContext, why: u32) -> Option<u32> {
         cfg.rxe_qp_rnr_nak_timer
     };
     emit(cfg, timer, off, why)
+}
+
+/// `rxe_xmit_packet(qp, pkt, skb)`: every packet a QP sends (first sends and retransmits),
+/// summed per QP in `QP_TRAFFIC`.
+#[kprobe]
+pub fn rxe_xmit(ctx: ProbeContext) -> u32 {
+    try_rxe_xmit(&ctx).unwrap_or(0)
+}
+
+fn try_rxe_xmit(ctx: &ProbeContext) -> Option<u32> {
+    let cfg = config()?;
+    let qp = arg(ctx, cfg.xmit_arg_qp);
+    let skb = arg(ctx, cfg.xmit_arg_skb);
+    if qp == 0 || cfg.rxe_qp_ibqp == UNRESOLVED {
+        return None;
+    }
+    let ibqp = qp + u64::from(cfg.rxe_qp_ibqp);
+    let len = u64::from(read::field::<u32>(skb, cfg.skb_len).unwrap_or(0));
+    let qpn = read::field::<u32>(ibqp, cfg.qp_qp_num).unwrap_or(0);
+    // A new QP, or a new QP at a freed QP's address: start from zero.
+    // SAFETY: only the qpn is read, to compare.
+    let fresh = QP_TRAFFIC
+        .get_ptr(qp)
+        .is_none_or(|t| unsafe { (*t).qp.qpn } != qpn);
+    if fresh {
+        // SAFETY: all-zero is a valid value of this integer-only struct.
+        let mut t: QpTraffic = unsafe { core::mem::zeroed() };
+        qp_ident(cfg, ibqp, &mut t.qp);
+        let _ = QP_TRAFFIC.insert(qp, t, 0);
+    }
+    let t = QP_TRAFFIC.get_ptr_mut(qp)?;
+    // SAFETY: this CPU's slot of a live map value; nothing else writes it meanwhile.
+    unsafe {
+        (*t).tx_packets += 1;
+        (*t).tx_bytes += len;
+    }
+    Some(0)
 }

@@ -10,12 +10,12 @@ use aya_ebpf::{
 };
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{reason, transport, EventKind, Owner, RetransmitEvent},
+    event::{reason, transport, EventKind, Owner, RetransmitEvent, TcpBytes},
 };
 
 use crate::{
     emit::{config, header, output, wanted, wanted_pid},
-    maps::SOCK_OWNER,
+    maps::{SOCK_OWNER, TCP_BYTES},
     read,
 };
 
@@ -105,4 +105,58 @@ fn try_tcp_retransmit(ctx: &BtfTracePointContext) -> Option<u32> {
     tuple(cfg, sk, &mut ev);
     output(&ev);
     Some(0)
+}
+
+const IPPROTO_TCP: u16 = 6;
+
+/// `sock_send_length(sk, ret, flags)` / `sock_recv_length(sk, ret, flags)`: every socket
+/// send/recv in the caller's context; TCP ones are summed per process.
+#[inline(always)]
+fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
+    let cfg = config()?;
+    if !wanted(cfg) {
+        return None;
+    }
+    let sk: u64 = ctx.arg(0);
+    let ret: i32 = ctx.arg(1);
+    if ret <= 0 || read::field::<u16>(sk, cfg.sk_protocol)? != IPPROTO_TCP {
+        return None;
+    }
+    let family = read::field::<u16>(sk, cfg.sk_family)?;
+    if family != AF_INET && family != AF_INET6 {
+        return None;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if TCP_BYTES.get_ptr_mut(tgid).is_none() {
+        let fresh = TcpBytes {
+            tx_bytes: 0,
+            rx_bytes: 0,
+            tx_calls: 0,
+            rx_calls: 0,
+            comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        };
+        let _ = TCP_BYTES.insert(tgid, fresh, 0);
+    }
+    let v = TCP_BYTES.get_ptr_mut(tgid)?;
+    // SAFETY: this CPU's slot of a live map value; nothing else writes it meanwhile.
+    unsafe {
+        if tx {
+            (*v).tx_bytes += ret as u64;
+            (*v).tx_calls += 1;
+        } else {
+            (*v).rx_bytes += ret as u64;
+            (*v).rx_calls += 1;
+        }
+    }
+    Some(0)
+}
+
+#[btf_tracepoint(function = "sock_send_length")]
+pub fn tcp_send_bytes(ctx: BtfTracePointContext) -> u32 {
+    count(&ctx, true).unwrap_or(0)
+}
+
+#[btf_tracepoint(function = "sock_recv_length")]
+pub fn tcp_recv_bytes(ctx: BtfTracePointContext) -> u32 {
+    count(&ctx, false).unwrap_or(0)
 }

@@ -3,7 +3,7 @@
 use rdmatrace_common::config::ProbeConfig;
 
 use super::{qp::resolve_ident, Area, Hook, ProbeSpec};
-use crate::loader::btf::{offset_of, BtfError, KernelBtf};
+use crate::loader::btf::{offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
     name: "rxe",
@@ -19,6 +19,11 @@ pub const AREA: Area = Area {
             hook: Hook::Kprobe,
             target: "rnr_nak_timer",
         },
+        ProbeSpec {
+            program: "rxe_xmit",
+            hook: Hook::Kprobe,
+            target: "rxe_xmit_packet",
+        },
     ],
     resolve,
 };
@@ -29,5 +34,8 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
     cfg.rxe_qp_ibqp = offset_of(btf, "rxe_qp", "ibqp")?;
     cfg.rxe_qp_retrans_timer = offset_of(btf, "rxe_qp", "retrans_timer")?;
     cfg.rxe_qp_rnr_nak_timer = offset_of(btf, "rxe_qp", "rnr_nak_timer")?;
+    cfg.xmit_arg_qp = param_index(btf, "rxe_xmit_packet", &["qp"])?;
+    cfg.xmit_arg_skb = param_index(btf, "rxe_xmit_packet", &["skb"])?;
+    cfg.skb_len = offset_of(kbtf.vmlinux(), "sk_buff", "len")?;
     Ok(Vec::new())
 }

@@ -24,6 +24,16 @@ pub const AREA: Area = Area {
             hook: Hook::BtfTracepoint,
             target: "tcp_retransmit_skb",
         },
+        ProbeSpec {
+            program: "tcp_send_bytes",
+            hook: Hook::BtfTracepoint,
+            target: "sock_send_length",
+        },
+        ProbeSpec {
+            program: "tcp_recv_bytes",
+            hook: Hook::BtfTracepoint,
+            target: "sock_recv_length",
+        },
     ],
     resolve,
 };
@@ -36,6 +46,7 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
     cfg.sk_dport = offset_of(btf, "sock_common", "skc_dport")?;
     cfg.sk_daddr = offset_of(btf, "sock_common", "skc_daddr")?;
     cfg.sk_rcv_saddr = offset_of(btf, "sock_common", "skc_rcv_saddr")?;
+    cfg.sk_protocol = offset_of(btf, "sock", "sk_protocol")?;
     // `struct sock` starts with its `sock_common`; check rather than assume.
     let common = offset_of(btf, "sock", "__sk_common")?;
     let mut notes = Vec::new();

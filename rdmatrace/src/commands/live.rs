@@ -9,7 +9,7 @@ use tokio::{
     time::{interval, sleep, Instant, MissedTickBehavior},
 };
 
-use crate::{clock::monotonic_ns, source::RingSource};
+use crate::{clock::monotonic_ns, sample::Sampler, source::RingSource};
 
 /// What the live loop feeds.
 pub trait Consumer {
@@ -44,6 +44,7 @@ pub async fn run(
     consumer: &mut impl Consumer,
     duration: Option<Duration>,
     mut command: Option<&mut tokio::process::Child>,
+    mut sampler: Option<&mut Sampler>,
 ) -> anyhow::Result<End> {
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
@@ -64,7 +65,11 @@ pub async fn run(
         match wake {
             Wake::End(end) => break end,
             Wake::Tick => {
-                consumer.lost(source.lost_since_last(), monotonic_ns());
+                let now = monotonic_ns();
+                consumer.lost(source.lost_since_last(), now);
+                for sample in sampler.as_mut().map(|s| s.poll(now)).unwrap_or_default() {
+                    consumer.raw(&sample);
+                }
                 consumer.tick();
             }
             Wake::Data => {
@@ -75,9 +80,13 @@ pub async fn run(
             break End::OutputClosed;
         }
     };
-    // Whatever is still in the ring buffer belongs to the trace.
+    // Whatever is still in the ring buffer, and the last samples, belong to the trace.
     source.drain_now(&mut |b| consumer.raw(b));
-    consumer.lost(source.lost_since_last(), monotonic_ns());
+    let now = monotonic_ns();
+    consumer.lost(source.lost_since_last(), now);
+    for sample in sampler.map(|s| s.poll(now)).unwrap_or_default() {
+        consumer.raw(&sample);
+    }
     Ok(end)
 }
 
@@ -114,3 +123,6 @@ pub fn loss_advice(lost: u64) {
         );
     }
 }
+
+/// Where RDMA port counters live.
+pub const COUNTERS_ROOT: &str = "/sys/class/infiniband";

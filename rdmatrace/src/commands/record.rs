@@ -11,6 +11,7 @@ use crate::{
     commands::live::{self, Consumer, End},
     loader::{self, LoadOptions},
     recording::{writer::RecordingWriter, Header},
+    sample::Sampler,
     source::RingSource,
 };
 
@@ -117,6 +118,7 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         error: None,
     };
     let mut source = RingSource::new(&mut tracer)?;
+    let mut sampler = Sampler::new(&mut tracer, Some(live::COUNTERS_ROOT.into()));
 
     let mut child = None;
     if let Some((prog, args)) = cfg.command.split_first() {
@@ -128,7 +130,14 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         child = Some(spawned?);
     }
     eprintln!("{READY_LINE}");
-    let end = live::run(&mut source, &mut recorder, cfg.duration, child.as_mut()).await?;
+    let end = live::run(
+        &mut source,
+        &mut recorder,
+        cfg.duration,
+        child.as_mut(),
+        Some(&mut sampler),
+    )
+    .await?;
     let lost = source.lost_total();
     let events = recorder.writer.events;
     if let Some(e) = recorder.error.take() {

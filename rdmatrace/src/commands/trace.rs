@@ -16,6 +16,7 @@ use crate::{
     loader::{self, LoadOptions},
     pipeline::Pipeline,
     recording::{reader::Recording, Entry},
+    sample::Sampler,
     sinks::{jsonl::JsonlSink, text::TextSink, Sink},
     source::RingSource,
 };
@@ -76,10 +77,18 @@ async fn run_live(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
     let mut tracer = loader::load(&opts, loader::all_areas())?;
     live::announce(&tracer.report);
     let mut source = RingSource::new(&mut tracer)?;
+    let mut sampler = Sampler::new(&mut tracer, Some(live::COUNTERS_ROOT.into()));
     let mut pipeline = Pipeline::new(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format));
     pipeline.sink.start().context("cannot write output")?;
     eprintln!("{READY_LINE}");
-    live::run(&mut source, &mut pipeline, cfg.duration, None).await?;
+    live::run(
+        &mut source,
+        &mut pipeline,
+        cfg.duration,
+        None,
+        Some(&mut sampler),
+    )
+    .await?;
     let lost = source.lost_total();
     finish(&mut pipeline)?;
     eprintln!("rdmatrace: {} events, {lost} lost", pipeline.events);

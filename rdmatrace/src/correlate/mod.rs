@@ -22,6 +22,9 @@ pub struct QpTrack {
 #[derive(Default)]
 pub struct Correlator {
     qps: HashMap<QpKey, QpTrack>,
+    /// Destroyed QPs' owners: samples and timers can still arrive after the destroy. A new QP
+    /// with the same (device, QPN) replaces the entry.
+    ended: HashMap<QpKey, (u32, String)>,
     comms: HashMap<u32, String>,
 }
 
@@ -38,6 +41,7 @@ impl Correlator {
         }
         match &mut rec.body {
             Body::QpCreate { qp, ret } if *ret == 0 => {
+                self.ended.remove(&qp.key);
                 self.qps.insert(
                     qp.key.clone(),
                     QpTrack {
@@ -64,7 +68,10 @@ impl Correlator {
                 }
             }
             Body::QpDestroy { qp, ret } if *ret == 0 => {
-                self.qps.remove(&qp.key);
+                if let Some(t) = self.qps.remove(&qp.key) {
+                    self.ended
+                        .insert(qp.key.clone(), (t.owner_pid, t.owner_comm));
+                }
             }
             Body::ProcessExit { .. } => {
                 self.comms.remove(&rec.pid);
@@ -78,14 +85,28 @@ impl Correlator {
                     }
                 }
             }
+            Body::QpTraffic(t) if t.owner_pid == 0 => {
+                if let Some((pid, comm)) = self.owner(&t.qp.key) {
+                    t.owner_pid = pid;
+                    t.owner_comm = comm;
+                }
+            }
             // rxe timers fire in softirq: the QP's creator owns the retransmit.
             Body::Retransmit(r) if r.owner_pid == 0 => {
-                if let Some(t) = r.qp.as_ref().and_then(|qp| self.qps.get(&qp.key)) {
-                    r.owner_pid = t.owner_pid;
-                    r.owner_comm = t.owner_comm.clone();
+                if let Some((pid, comm)) = r.qp.as_ref().and_then(|qp| self.owner(&qp.key)) {
+                    r.owner_pid = pid;
+                    r.owner_comm = comm;
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Owner of a live or recently destroyed QP.
+    pub fn owner(&self, key: &QpKey) -> Option<(u32, String)> {
+        match self.qps.get(key) {
+            Some(t) => Some((t.owner_pid, t.owner_comm.clone())),
+            None => self.ended.get(key).cloned(),
         }
     }
 

@@ -188,3 +188,51 @@ fn filters_by_device_qpn_comm_and_never_hide_loss() {
     assert!(f.matches(&rec(2, "b", 1, Body::ProcessExec { ppid: 1 })));
     assert!(!f.matches(&rec(3, "b", 1, Body::ProcessExec { ppid: 1 })));
 }
+
+#[test]
+fn late_samples_of_a_destroyed_qp_keep_their_owner_until_the_qpn_is_reused() {
+    use crate::event::QpTrafficDelta;
+    let traffic = |dev: &str, qpn| {
+        Body::QpTraffic(QpTrafficDelta {
+            qp: qp(dev, qpn),
+            tx_packets: 1,
+            tx_bytes: 1,
+            owner_pid: 0,
+            owner_comm: String::new(),
+        })
+    };
+    let mut c = Correlator::new();
+    c.observe(&mut rec(
+        7,
+        "app",
+        1,
+        Body::QpCreate {
+            qp: qp("rxe0", 0x11),
+            ret: 0,
+        },
+    ));
+    c.observe(&mut rec(
+        7,
+        "app",
+        2,
+        Body::QpDestroy {
+            qp: qp("rxe0", 0x11),
+            ret: 0,
+        },
+    ));
+    let mut late = rec(0, "", 3, traffic("rxe0", 0x11));
+    c.observe(&mut late);
+    assert_eq!((late.subject_pid(), late.subject_comm()), (7, "app"));
+    c.observe(&mut rec(
+        8,
+        "next",
+        4,
+        Body::QpCreate {
+            qp: qp("rxe0", 0x11),
+            ret: 0,
+        },
+    ));
+    let mut reused = rec(0, "", 5, traffic("rxe0", 0x11));
+    c.observe(&mut reused);
+    assert_eq!(reused.subject_pid(), 8);
+}

@@ -139,6 +139,43 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("src".into(), c.src.map(|a| a.to_string()).into());
             d.insert("dst".into(), c.dst.map(|a| a.to_string()).into());
         }
+        Body::TcpBytes(t) => {
+            d.insert("tx_bytes".into(), t.tx_bytes.into());
+            d.insert("rx_bytes".into(), t.rx_bytes.into());
+            d.insert("tx_calls".into(), t.tx_calls.into());
+            d.insert("rx_calls".into(), t.rx_calls.into());
+        }
+        Body::QpTraffic(t) => {
+            d.insert("tx_packets".into(), t.tx_packets.into());
+            d.insert("tx_bytes".into(), t.tx_bytes.into());
+            d.insert(
+                "owner_pid".into(),
+                if t.owner_pid == 0 {
+                    Value::Null
+                } else {
+                    t.owner_pid.into()
+                },
+            );
+            d.insert(
+                "owner_comm".into(),
+                if t.owner_pid == 0 {
+                    Value::Null
+                } else {
+                    t.owner_comm.clone().into()
+                },
+            );
+        }
+        Body::Counter(c) => {
+            d.insert("dev".into(), c.dev.clone().into());
+            d.insert("port".into(), c.port.into());
+            d.insert(
+                "source".into(),
+                if c.hw { "hw_counters" } else { "counters" }.into(),
+            );
+            d.insert("name".into(), c.name.clone().into());
+            d.insert("value".into(), c.value.into());
+            d.insert("delta".into(), c.delta.into());
+        }
         Body::Lost { count } => {
             d.insert("count".into(), (*count).into());
         }

@@ -122,6 +122,21 @@ pub fn line(rec: &Record) -> String {
         Body::ProcessExit { exit_code, .. } => ("exit", exit_text(*exit_code)),
         Body::Retransmit(r) => ("retrans", retransmit_details(r)),
         Body::Resource(r) => resource_line(r),
+        Body::TcpBytes(t) => (
+            "tcp",
+            format!(
+                "tx {} B / {} calls, rx {} B / {} calls",
+                t.tx_bytes, t.tx_calls, t.rx_bytes, t.rx_calls
+            ),
+        ),
+        Body::QpTraffic(t) => (
+            "traffic",
+            format!("tx {} pkts {} B", t.tx_packets, t.tx_bytes),
+        ),
+        Body::Counter(c) => (
+            "counter",
+            format!("port {} {} +{} = {}", c.port, c.name, c.delta, c.value),
+        ),
         Body::Async(a) => (
             "async",
             match &a.element {

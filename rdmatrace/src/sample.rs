@@ -1,0 +1,286 @@
+//! Periodic samples, turned into records of the same wire format as kernel events (kinds
+//! >= 100 in `rdmatrace-common`), so they decode, correlate and record like the rest:
+//! per-process TCP bytes and per-QP traffic from kernel aggregates, and the RDMA port
+//! counters of sysfs. Only what moved since the previous sample is emitted.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use aya::maps::{MapData, PerCpuHashMap};
+use rdmatrace_common::{
+    event::{
+        CounterSample, EventHeader, EventKind, QpTraffic, QpTrafficSample, TcpBytes,
+        TcpBytesSample, COUNTER_NAME_LEN,
+    },
+    limits::DEV_NAME_LEN,
+};
+
+use crate::loader::Tracer;
+
+/// Bytes of a Pod value, for feeding samples through the same path as kernel records.
+pub fn pod_bytes<T: aya::Pod>(v: &T) -> Vec<u8> {
+    // SAFETY: T is Pod: every byte is initialised and may be viewed as u8.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+}
+
+fn header(kind: EventKind, ts_ns: u64, pid: u32, comm: [u8; 16]) -> EventHeader {
+    EventHeader {
+        kind: kind as u32,
+        cpu: 0,
+        ts_ns,
+        pid,
+        tid: pid,
+        comm,
+    }
+}
+
+fn fixed<const N: usize>(s: &str) -> [u8; N] {
+    let mut out = [0u8; N];
+    let n = s.len().min(N - 1);
+    out[..n].copy_from_slice(&s.as_bytes()[..n]);
+    out
+}
+
+/// One port counter file.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct CounterKey {
+    dev: String,
+    port: u32,
+    hw: bool,
+    name: String,
+}
+
+/// Reads `root/DEV/ports/N/{counters,hw_counters}/*` (normally root = /sys/class/infiniband).
+fn read_counters(root: &Path) -> Vec<(CounterKey, u64)> {
+    let mut out = Vec::new();
+    let Ok(devs) = std::fs::read_dir(root) else {
+        return out;
+    };
+    for dev in devs.filter_map(Result::ok) {
+        let dev_name = dev.file_name().to_string_lossy().into_owned();
+        let Ok(ports) = std::fs::read_dir(dev.path().join("ports")) else {
+            continue;
+        };
+        for port in ports.filter_map(Result::ok) {
+            let Ok(port_no) = port.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            for (dir, hw) in [("counters", false), ("hw_counters", true)] {
+                let Ok(files) = std::fs::read_dir(port.path().join(dir)) else {
+                    continue;
+                };
+                for f in files.filter_map(Result::ok) {
+                    let Ok(text) = std::fs::read_to_string(f.path()) else {
+                        continue;
+                    };
+                    if let Ok(v) = text.trim().parse::<u64>() {
+                        let key = CounterKey {
+                            dev: dev_name.clone(),
+                            port: port_no,
+                            hw,
+                            name: f.file_name().to_string_lossy().into_owned(),
+                        };
+                        out.push((key, v));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+pub struct Sampler {
+    tcp: Option<PerCpuHashMap<MapData, u32, TcpBytes>>,
+    qps: Option<PerCpuHashMap<MapData, u64, QpTraffic>>,
+    counters_root: Option<PathBuf>,
+    prev_tcp: HashMap<u32, TcpBytes>,
+    prev_qp: HashMap<u64, QpTraffic>,
+    prev_counters: HashMap<CounterKey, u64>,
+}
+
+fn sum_tcp(per_cpu: impl Iterator<Item = TcpBytes>) -> Option<TcpBytes> {
+    per_cpu.reduce(|mut a, b| {
+        a.tx_bytes += b.tx_bytes;
+        a.rx_bytes += b.rx_bytes;
+        a.tx_calls += b.tx_calls;
+        a.rx_calls += b.rx_calls;
+        if a.comm[0] == 0 {
+            a.comm = b.comm;
+        }
+        a
+    })
+}
+
+fn sum_qp(per_cpu: impl Iterator<Item = QpTraffic>) -> Option<QpTraffic> {
+    // A CPU that never saw this QP (or saw an older QP at its address) has a different ident.
+    let all: Vec<QpTraffic> = per_cpu.collect();
+    let newest = all
+        .iter()
+        .filter(|t| t.qp.qpn != 0)
+        .max_by_key(|t| t.tx_packets)?
+        .qp;
+    let mut total = QpTraffic {
+        qp: newest,
+        tx_packets: 0,
+        tx_bytes: 0,
+    };
+    for t in all.iter().filter(|t| t.qp == newest) {
+        total.tx_packets += t.tx_packets;
+        total.tx_bytes += t.tx_bytes;
+    }
+    Some(total)
+}
+
+impl Sampler {
+    /// Takes the aggregate maps out of the loaded object; `counters_root` enables sysfs
+    /// counter sampling.
+    pub fn new(tracer: &mut Tracer, counters_root: Option<PathBuf>) -> Sampler {
+        let tcp = tracer
+            .ebpf
+            .take_map("TCP_BYTES")
+            .and_then(|m| PerCpuHashMap::try_from(m).ok());
+        let qps = tracer
+            .ebpf
+            .take_map("QP_TRAFFIC")
+            .and_then(|m| PerCpuHashMap::try_from(m).ok());
+        let mut s = Sampler {
+            tcp,
+            qps,
+            counters_root,
+            prev_tcp: HashMap::new(),
+            prev_qp: HashMap::new(),
+            prev_counters: HashMap::new(),
+        };
+        // Baselines: report what happens from now on, not since boot.
+        let _ = s.poll(0);
+        s
+    }
+
+    /// Records for everything that moved since the previous call.
+    pub fn poll(&mut self, ts_ns: u64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        if let Some(map) = &self.tcp {
+            for (pid, per_cpu) in map.iter().filter_map(Result::ok) {
+                let Some(total) = sum_tcp(per_cpu.iter().copied()) else {
+                    continue;
+                };
+                let prev = self.prev_tcp.insert(pid, total);
+                let base = prev.unwrap_or(TcpBytes {
+                    tx_bytes: 0,
+                    rx_bytes: 0,
+                    tx_calls: 0,
+                    rx_calls: 0,
+                    comm: total.comm,
+                });
+                let delta = TcpBytes {
+                    tx_bytes: total.tx_bytes.saturating_sub(base.tx_bytes),
+                    rx_bytes: total.rx_bytes.saturating_sub(base.rx_bytes),
+                    tx_calls: total.tx_calls.saturating_sub(base.tx_calls),
+                    rx_calls: total.rx_calls.saturating_sub(base.rx_calls),
+                    comm: total.comm,
+                };
+                if ts_ns != 0 && (delta.tx_calls | delta.rx_calls) != 0 {
+                    out.push(pod_bytes(&TcpBytesSample {
+                        header: header(EventKind::TcpBytes, ts_ns, pid, total.comm),
+                        bytes: delta,
+                    }));
+                }
+            }
+        }
+        if let Some(map) = &self.qps {
+            for (key, per_cpu) in map.iter().filter_map(Result::ok) {
+                let Some(total) = sum_qp(per_cpu.iter().copied()) else {
+                    continue;
+                };
+                let prev = self.prev_qp.insert(key, total).filter(|p| p.qp == total.qp);
+                let (p0, b0) = prev.map_or((0, 0), |p| (p.tx_packets, p.tx_bytes));
+                let delta = QpTraffic {
+                    qp: total.qp,
+                    tx_packets: total.tx_packets.saturating_sub(p0),
+                    tx_bytes: total.tx_bytes.saturating_sub(b0),
+                };
+                if ts_ns != 0 && delta.tx_packets != 0 {
+                    out.push(pod_bytes(&QpTrafficSample {
+                        header: header(EventKind::QpTraffic, ts_ns, 0, [0; 16]),
+                        traffic: delta,
+                    }));
+                }
+            }
+        }
+        if let Some(root) = &self.counters_root {
+            for (key, value) in read_counters(root) {
+                let prev = self.prev_counters.insert(key.clone(), value);
+                let Some(prev) = prev else { continue };
+                if value != prev && ts_ns != 0 {
+                    let sample = CounterSample {
+                        header: header(EventKind::Counter, ts_ns, 0, [0; 16]),
+                        dev: fixed::<DEV_NAME_LEN>(&key.dev),
+                        port: key.port,
+                        hw: u32::from(key.hw),
+                        name: fixed::<COUNTER_NAME_LEN>(&key.name),
+                        value,
+                        delta: value.wrapping_sub(prev),
+                    };
+                    out.push(pod_bytes(&sample));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysfs_counters_are_found_per_device_and_port() {
+        let root = std::env::temp_dir().join(format!("rdmt-counters-{}", std::process::id()));
+        let hw = root.join("rxe0/ports/1/hw_counters");
+        std::fs::create_dir_all(&hw).expect("mkdir");
+        std::fs::write(hw.join("rcvd_seq_err"), "42\n").expect("write");
+        std::fs::write(hw.join("lifespan"), "10\n").expect("write");
+        std::fs::create_dir_all(root.join("rxe0/ports/1/counters")).expect("mkdir");
+        std::fs::write(root.join("rxe0/ports/1/counters/port_xmit_data"), "7\n").expect("write");
+        let mut got = read_counters(&root);
+        got.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let names: Vec<(&str, bool, u64)> = got
+            .iter()
+            .map(|(k, v)| (k.name.as_str(), k.hw, *v))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("lifespan", true, 10),
+                ("port_xmit_data", false, 7),
+                ("rcvd_seq_err", true, 42)
+            ]
+        );
+        assert!(got.iter().all(|(k, _)| k.dev == "rxe0" && k.port == 1));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn per_cpu_qp_totals_ignore_a_stale_qp_at_the_same_address() {
+        let mk = |qpn, pk| {
+            let mut t: QpTraffic = QpTraffic {
+                qp: rdmatrace_common::event::QpIdent {
+                    dev: [0; 64],
+                    qpn,
+                    qp_type: 2,
+                },
+                tx_packets: pk,
+                tx_bytes: pk * 100,
+            };
+            t.qp.dev[0] = b'r';
+            t
+        };
+        let total = sum_qp([mk(0x11, 5), mk(0x12, 50), mk(0x12, 7)].into_iter()).expect("total");
+        assert_eq!(
+            (total.qp.qpn, total.tx_packets, total.tx_bytes),
+            (0x12, 57, 5700)
+        );
+    }
+}
