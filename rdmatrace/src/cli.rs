@@ -27,6 +27,11 @@ pub enum Command {
     Trace(TraceArgs),
     /// Record every event to a file (crash-safe), for `trace --input` and `report` later.
     Record(RecordArgs),
+    /// What this host allows: kernel, BTF, privileges, RDMA devices, every probe and counter source.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug)]

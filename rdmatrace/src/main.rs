@@ -15,6 +15,7 @@ fn run() -> anyhow::Result<ExitCode> {
             args.input.as_deref(),
         ),
         Command::Record(args) => commands::record::run(&args.to_config().map_err(|e| anyhow!(e))?),
+        Command::Doctor { json } => commands::doctor::run(json),
     }
 }
 

@@ -190,3 +190,35 @@ fn tcp_bytes_are_summed_per_sending_process() {
     assert_eq!(sum("rx_bytes"), 300000, "{samples:?}");
     assert!(sum("tx_calls") >= 1 && sum("rx_calls") >= 1);
 }
+
+#[test]
+fn doctor_reports_every_probe_with_a_status_and_reason() {
+    let out = run(&["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["type"], "doctor");
+    let items = v["data"].as_array().expect("items");
+    let item = |name: &str| {
+        items
+            .iter()
+            .find(|i| i["item"].as_str().is_some_and(|s| s.starts_with(name)))
+    };
+    assert!(item("kernel").is_some() && item("BTF").is_some() && item("privileges").is_some());
+    for i in items {
+        let s = i["status"].as_str().unwrap_or("");
+        assert!(["ok", "unavailable", "error"].contains(&s), "{i}");
+        assert!(i["detail"].is_string(), "{i}");
+    }
+    if is_root() && !std::path::Path::new("/sys/kernel/btf/ib_core").exists() {
+        assert!(out.status.success(), "{}", out.stderr);
+        assert_eq!(
+            item("probe process/process_exec").map(|i| &i["status"]),
+            Some(&json!("ok"))
+        );
+        let qp = item("probe qp/qp_create_enter").expect("qp probe listed");
+        assert_eq!(qp["status"], "unavailable");
+        assert!(
+            qp["detail"].as_str().unwrap_or("").contains("ib_core"),
+            "{qp}"
+        );
+    }
+}

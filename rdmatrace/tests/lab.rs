@@ -622,3 +622,27 @@ fn lab_port_down_and_up_reach_verbs_users_as_async_events() {
     let active = asyncs.iter().rposition(|(e, _)| e == "PORT_ACTIVE");
     assert!(err < active, "down before up: {asyncs:?}");
 }
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_doctor_sees_every_rdma_probe_attach() {
+    in_lab();
+    let out = run(&["doctor", "--json"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("json");
+    let items = v["data"].as_array().expect("items");
+    let probes: Vec<&Value> = items
+        .iter()
+        .filter(|i| i["item"].as_str().is_some_and(|s| s.starts_with("probe ")))
+        .collect();
+    assert!(probes.len() >= 20, "{probes:#?}");
+    let off: Vec<&&Value> = probes.iter().filter(|i| i["status"] != "ok").collect();
+    assert!(off.is_empty(), "probes off in the lab kernel: {off:#?}");
+    for dev in ["device rxe0 port 1", "device rxe1 port 1"] {
+        let d = items
+            .iter()
+            .find(|i| i["item"] == dev)
+            .unwrap_or_else(|| panic!("{dev} missing"));
+        assert_eq!(d["status"], "ok", "{d}");
+    }
+}

@@ -1,4 +1,5 @@
 //! One file per subcommand: each wires loader, source, pipeline and sinks for its job.
+pub mod doctor;
 pub mod live;
 pub mod record;
 pub mod trace;
