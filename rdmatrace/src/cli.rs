@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    commands::record::RecordConfig,
+    commands::{record::RecordConfig, verdict::VerdictConfig},
     config::{Format, TraceConfig},
     correlate::filter::Filter,
 };
@@ -27,6 +27,16 @@ pub enum Command {
     Trace(TraceArgs),
     /// Record every event to a file (crash-safe), for `trace --input` and `report` later.
     Record(RecordArgs),
+    /// Post-mortem of a recording: verdicts, QP table, retransmit blame, anomalies (no root).
+    Report {
+        /// A recording from `rdmatrace record`.
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Watch, then say per process: rdma, tcp_fallback, tcp, mixed or idle, with evidence.
+    /// Exits 3 when a watched process fell back to TCP.
+    Verdict(VerdictArgs),
     /// What this host allows: kernel, BTF, privileges, RDMA devices, every probe and counter source.
     Doctor {
         #[arg(long)]
@@ -53,6 +63,39 @@ pub struct RecordArgs {
     /// Run this command and record it and its descendants until it exits.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct VerdictArgs {
+    /// Only this process.
+    #[arg(long, short = 'p', conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Watch this many seconds (default: until Ctrl-C or the command exits).
+    #[arg(long, short = 'd')]
+    pub duration: Option<f64>,
+    /// One {"type":"verdict","data":{pid,comm,verdict,evidence}} line per process.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value_t = rdmatrace_common::limits::RINGBUF_BYTES, value_parser = parse_ringbuf)]
+    pub ringbuf_size: u32,
+    #[arg(long, default_value = "/sys/kernel/btf", hide = true)]
+    pub btf_dir: PathBuf,
+    /// Run this command and judge it and its descendants.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl VerdictArgs {
+    pub fn to_config(&self) -> Result<VerdictConfig, String> {
+        Ok(VerdictConfig {
+            pid: self.pid,
+            duration: duration(self.duration)?,
+            command: self.command.clone(),
+            json: self.json,
+            ringbuf_bytes: self.ringbuf_size,
+            btf_dir: self.btf_dir.clone(),
+        })
+    }
 }
 
 fn duration(d: Option<f64>) -> Result<Option<Duration>, String> {

@@ -16,6 +16,10 @@ fn run() -> anyhow::Result<ExitCode> {
         ),
         Command::Record(args) => commands::record::run(&args.to_config().map_err(|e| anyhow!(e))?),
         Command::Doctor { json } => commands::doctor::run(json),
+        Command::Report { file, json } => commands::report::run(&file, json),
+        Command::Verdict(args) => {
+            commands::verdict::run(&args.to_config().map_err(|e| anyhow!(e))?)
+        }
     }
 }
 

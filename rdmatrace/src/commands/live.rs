@@ -126,3 +126,42 @@ pub fn loss_advice(lost: u64) {
 
 /// Where RDMA port counters live.
 pub const COUNTERS_ROOT: &str = "/sys/class/infiniband";
+
+/// Load options for a command that traces everything, one process (`--pid`), or a command it
+/// runs (`-- CMD`): for a command we trace ourselves with fork-following on, so the kernel adds
+/// the command at fork time, before it can issue a single verb; [`spawn_traced`] then leaves
+/// the set.
+pub fn load_options(
+    btf_dir: &std::path::Path,
+    ringbuf_bytes: u32,
+    pid: Option<u32>,
+    command: &[String],
+) -> crate::loader::LoadOptions {
+    let traced = match (pid, command.is_empty()) {
+        (Some(p), _) => Some(vec![p]),
+        (None, false) => Some(vec![std::process::id()]),
+        (None, true) => None,
+    };
+    crate::loader::LoadOptions {
+        btf_dir: btf_dir.to_path_buf(),
+        follow_forks: !command.is_empty(),
+        traced_pids: traced,
+        ringbuf_bytes,
+    }
+}
+
+/// Runs `command` (if any) traced with its descendants; see [`load_options`].
+pub fn spawn_traced(
+    tracer: &mut crate::loader::Tracer,
+    command: &[String],
+) -> anyhow::Result<Option<tokio::process::Child>> {
+    let Some((prog, args)) = command.split_first() else {
+        return Ok(None);
+    };
+    let spawned = tokio::process::Command::new(prog)
+        .args(args)
+        .spawn()
+        .with_context(|| format!("cannot run {prog}"));
+    tracer.untrace_pid(std::process::id())?;
+    Ok(Some(spawned?))
+}

@@ -2,4 +2,6 @@
 pub mod doctor;
 pub mod live;
 pub mod record;
+pub mod report;
 pub mod trace;
+pub mod verdict;

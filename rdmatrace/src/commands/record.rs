@@ -9,7 +9,7 @@ use anyhow::{bail, Context as _};
 use crate::{
     clock::ClockAnchor,
     commands::live::{self, Consumer, End},
-    loader::{self, LoadOptions},
+    loader,
     recording::{writer::RecordingWriter, Header},
     sample::Sampler,
     source::RingSource,
@@ -70,20 +70,7 @@ pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
-    // For a command: trace ourselves with fork-following on, so the kernel adds the command
-    // at fork time (before it can issue a single verb); we leave the set right after spawning.
-    let me = std::process::id();
-    let traced = match (cfg.pid, cfg.command.is_empty()) {
-        (Some(p), _) => Some(vec![p]),
-        (None, false) => Some(vec![me]),
-        (None, true) => None,
-    };
-    let opts = LoadOptions {
-        btf_dir: cfg.btf_dir.clone(),
-        follow_forks: !cfg.command.is_empty(),
-        traced_pids: traced,
-        ringbuf_bytes: cfg.ringbuf_bytes,
-    };
+    let opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
     let mut tracer = loader::load(&opts, loader::all_areas())?;
     live::announce(&tracer.report);
     let anchor = ClockAnchor::now();
@@ -120,15 +107,7 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
     let mut source = RingSource::new(&mut tracer)?;
     let mut sampler = Sampler::new(&mut tracer, Some(live::COUNTERS_ROOT.into()));
 
-    let mut child = None;
-    if let Some((prog, args)) = cfg.command.split_first() {
-        let spawned = tokio::process::Command::new(prog)
-            .args(args)
-            .spawn()
-            .with_context(|| format!("cannot run {prog}"));
-        tracer.untrace_pid(me)?;
-        child = Some(spawned?);
-    }
+    let mut child = live::spawn_traced(&mut tracer, &cfg.command)?;
     eprintln!("{READY_LINE}");
     let end = live::run(
         &mut source,

@@ -2,6 +2,7 @@
 //! state and owner by (device, QPN) and each process's name, and annotates events with what the
 //! kernel record alone cannot say (e.g. the state a QP is leaving).
 
+pub mod analysis;
 pub mod filter;
 
 use std::collections::HashMap;

@@ -5,6 +5,7 @@ use std::io;
 use crate::event::Record;
 
 pub mod jsonl;
+pub mod report;
 pub mod text;
 
 pub trait Sink {

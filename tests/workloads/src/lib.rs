@@ -120,6 +120,22 @@ impl Qp {
         unsafe { (*self.qp).qp_num }
     }
 
+    /// RESET -> INIT on port 1 with remote-write access; returns 0 or the positive errno.
+    pub fn modify_to_init(&self) -> i32 {
+        // SAFETY: all-zero is valid for this C struct; qp is live.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ibv_qp_state::IBV_QPS_INIT;
+        attr.port_num = 1;
+        attr.pkey_index = 0;
+        attr.qp_access_flags = ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
+            | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
+            | ibv_qp_attr_mask::IBV_QP_PORT.0
+            | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
+        // SAFETY: as above.
+        unsafe { ibv_modify_qp(self.qp, &mut attr, mask as i32) }
+    }
+
     /// `ibv_modify_qp` with only `IBV_QP_STATE` set; returns 0 or the positive errno.
     pub fn modify_state_only(&self, state: ibv_qp_state::Type) -> i32 {
         // SAFETY: all-zero is valid for this C struct; qp is live.

@@ -1,0 +1,640 @@
+//! The analysis behind `report` and `verdict`: per-process and per-QP accounts, retransmit
+//! blame and anomalies, built from correlated records. Pure: no I/O, no clock; feed it
+//! records (live or replayed) and call [`Analyzer::finish`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::event::{AsyncElement, Body, QpKey, QpState, Record, ResType};
+
+/// TCP traffic below this is a control channel, not a data path (perftest, MPI bootstrap...).
+pub const TCP_DATA_THRESHOLD: u64 = 1 << 20;
+/// A QP left in INIT or RTR longer than this is reported as stuck.
+pub const STUCK_NS: u64 = 5_000_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Rdma,
+    TcpFallback,
+    Tcp,
+    Mixed,
+    Idle,
+    Unknown,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Rdma => "rdma",
+            Verdict::TcpFallback => "tcp_fallback",
+            Verdict::Tcp => "tcp",
+            Verdict::Mixed => "mixed",
+            Verdict::Idle => "idle",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcStats {
+    pub pid: u32,
+    pub comm: String,
+    pub devices: Vec<String>,
+    pub ctx_opens: u64,
+    pub qps_created: u64,
+    pub qps_rts: u64,
+    pub qp_types: Vec<String>,
+    pub rdma_tx_bytes: u64,
+    pub rdma_tx_packets: u64,
+    pub tcp_tx_bytes: u64,
+    pub tcp_rx_bytes: u64,
+    pub tcp_calls: u64,
+    pub retrans_rdma: u64,
+    pub retrans_tcp: u64,
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpLife {
+    pub key: QpKey,
+    pub owner_pid: u32,
+    pub owner_comm: String,
+    pub qp_type: u32,
+    pub created_ns: u64,
+    pub destroyed_ns: Option<u64>,
+    pub state: Option<QpState>,
+    pub state_since_ns: u64,
+    /// ns spent in each state (closed intervals only, plus the open one at finish).
+    pub time_in: BTreeMap<&'static str, u64>,
+    pub peer_qpn: Option<u32>,
+    pub peer_gid: Option<[u8; 16]>,
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+    pub retransmits: u64,
+    pub failed_modifies: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Anomaly {
+    pub ts_ns: u64,
+    pub wall_ns: u64,
+    pub pid: u32,
+    pub comm: String,
+    pub dev: Option<String>,
+    pub qpn: Option<u32>,
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlameRow {
+    pub pid: u32,
+    pub comm: String,
+    pub transport: &'static str,
+    /// `rxe0 QPN 0x11` or `192.0.2.1:5000->192.0.2.2:80`.
+    pub target: String,
+    pub count: u64,
+    pub reasons: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcReport {
+    pub stats: ProcStats,
+    pub verdict: Verdict,
+    pub evidence: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub first_wall_ns: u64,
+    pub last_wall_ns: u64,
+    pub events: u64,
+    pub lost: u64,
+    pub processes: Vec<ProcReport>,
+    pub qps: Vec<QpLife>,
+    pub blame: Vec<BlameRow>,
+    /// Per-port counter totals that speak of retransmission, for attribution that is only
+    /// per port (no per-QP source).
+    pub port_counters: Vec<(String, u32, String, u64)>,
+    pub anomalies: Vec<Anomaly>,
+}
+
+#[derive(Default)]
+pub struct Analyzer {
+    procs: BTreeMap<u32, ProcStats>,
+    live: HashMap<QpKey, usize>,
+    qps: Vec<QpLife>,
+    blame: HashMap<(u32, &'static str, String), (String, u64, Vec<String>)>,
+    port_counters: BTreeMap<(String, u32, String), u64>,
+    anomalies: Vec<Anomaly>,
+    traffic_measured: bool,
+    first_wall_ns: u64,
+    last_wall_ns: u64,
+    last_ts_ns: u64,
+    events: u64,
+    lost: u64,
+}
+
+/// Counters that count retransmission-related trouble (rxe and mlx5 names).
+const RETRANSMIT_COUNTERS: &[&str] = &[
+    "duplicate_request",
+    "out_of_seq_request",
+    "rcvd_seq_err",
+    "rcvd_rnr_err",
+    "send_rnr_err",
+    "completer_retry_err",
+    "retry_exceeded_err",
+    "retry_rnr_exceeded_err",
+    "out_of_sequence",
+    "packet_seq_err",
+    "implied_nak_seq_err",
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "req_transport_retries_exceeded",
+    "req_rnr_retries_exceeded",
+    "roce_adp_retrans",
+    "roce_adp_retrans_to",
+    "roce_slow_restart",
+];
+
+fn mib(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+    } else if b >= 1 << 20 {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    } else if b >= 1 << 10 {
+        format!("{:.1} KiB", b as f64 / 1024.0)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// Whether `from -> to` is a transition the IB spec allows at all (ib_modify_qp_is_ok's table,
+/// ignoring attribute requirements).
+fn legal(from: QpState, to: QpState) -> bool {
+    use QpState::*;
+    matches!(
+        (from, to),
+        (_, Reset)
+            | (_, Err)
+            | (Reset, Init)
+            | (Init, Init)
+            | (Init, Rtr)
+            | (Rtr, Rts)
+            | (Rts, Rts)
+            | (Rts, Sqd)
+            | (Sqd, Rts)
+            | (Sqd, Sqd)
+            | (Sqe, Rts)
+    )
+}
+
+impl Analyzer {
+    pub fn new() -> Analyzer {
+        Analyzer::default()
+    }
+
+    fn proc(&mut self, pid: u32, comm: &str) -> &mut ProcStats {
+        let p = self.procs.entry(pid).or_insert_with(|| ProcStats {
+            pid,
+            ..Default::default()
+        });
+        if !comm.is_empty() {
+            p.comm = comm.to_string();
+        }
+        p
+    }
+
+    fn anomaly(&mut self, rec: &Record, kind: &'static str, detail: String) {
+        self.anomalies.push(Anomaly {
+            ts_ns: rec.ts_ns,
+            wall_ns: rec.wall_ns,
+            pid: rec.subject_pid(),
+            comm: rec.subject_comm().to_string(),
+            dev: rec.dev().map(String::from),
+            qpn: rec.qpn(),
+            kind,
+            detail,
+        });
+    }
+
+    fn set_state(q: &mut QpLife, new: QpState, ts: u64) {
+        if let Some(old) = q.state {
+            *q.time_in.entry(old.name()).or_default() += ts.saturating_sub(q.state_since_ns);
+        }
+        q.state = Some(new);
+        q.state_since_ns = ts;
+    }
+
+    /// One correlated record (owners already filled in by the correlator).
+    pub fn push(&mut self, rec: &Record) {
+        self.events += 1;
+        if self.first_wall_ns == 0 {
+            self.first_wall_ns = rec.wall_ns;
+        }
+        self.last_wall_ns = self.last_wall_ns.max(rec.wall_ns);
+        self.last_ts_ns = self.last_ts_ns.max(rec.ts_ns);
+        match &rec.body {
+            Body::QpCreate { qp, ret } => {
+                if *ret != 0 {
+                    self.anomaly(
+                        rec,
+                        "qp_create_failed",
+                        format!("QP create failed: {}", crate::sinks::text::errno_text(*ret)),
+                    );
+                    return;
+                }
+                let p = self.proc(rec.pid, &rec.comm);
+                p.qps_created += 1;
+                let t = crate::event::qp_type_name(qp.qp_type);
+                if !p.qp_types.contains(&t) {
+                    p.qp_types.push(t);
+                }
+                if !p.devices.contains(&qp.key.dev) {
+                    p.devices.push(qp.key.dev.clone());
+                }
+                self.live.insert(qp.key.clone(), self.qps.len());
+                self.qps.push(QpLife {
+                    key: qp.key.clone(),
+                    owner_pid: rec.pid,
+                    owner_comm: rec.comm.clone(),
+                    qp_type: qp.qp_type,
+                    created_ns: rec.ts_ns,
+                    destroyed_ns: None,
+                    state: Some(QpState::Reset),
+                    state_since_ns: rec.ts_ns,
+                    time_in: BTreeMap::new(),
+                    peer_qpn: None,
+                    peer_gid: None,
+                    tx_bytes: 0,
+                    tx_packets: 0,
+                    retransmits: 0,
+                    failed_modifies: 0,
+                });
+            }
+            Body::QpModify { qp, attrs, ret } => {
+                let idx = self.live.get(&qp.key).copied();
+                if *ret != 0 {
+                    if let Some(i) = idx {
+                        self.qps[i].failed_modifies += 1;
+                    }
+                    let from = attrs.cur_state.map_or("?", |s| s.name());
+                    let to = attrs.new_state.map_or("(same)", |s| s.name());
+                    let likely = match (attrs.cur_state, attrs.new_state) {
+                        (Some(f), Some(t)) if !legal(f, t) => format!("illegal transition {f}->{t}"),
+                        (_, Some(QpState::Rtr)) => "check path MTU against the port's active MTU, the GID index and the dest QPN/GID".into(),
+                        (_, Some(QpState::Rts)) => "check timeout / retry_cnt / rnr_retry / SQ PSN".into(),
+                        _ => "attributes rejected by the driver".into(),
+                    };
+                    self.anomaly(
+                        rec,
+                        "qp_modify_failed",
+                        format!(
+                            "modify {from}->{to} failed: {}; likely: {likely}",
+                            crate::sinks::text::errno_text(*ret)
+                        ),
+                    );
+                    return;
+                }
+                let Some(i) = idx else { return };
+                let q = &mut self.qps[i];
+                if let Some(d) = attrs.dest_qpn {
+                    q.peer_qpn = Some(d);
+                }
+                if let Some(g) = attrs.dgid {
+                    q.peer_gid = Some(g);
+                }
+                if let Some(new) = attrs.new_state {
+                    // RTR is enough to be an RDMA endpoint: a passive side (the target of RDMA writes, a
+                    // receiver) may never need RTS.
+                    let connected = |s: Option<QpState>| {
+                        matches!(s, Some(QpState::Rtr | QpState::Rts | QpState::Sqd))
+                    };
+                    let reached_rts = connected(Some(new)) && !connected(q.state);
+                    Self::set_state(q, new, rec.ts_ns);
+                    if reached_rts {
+                        let owner = q.owner_pid;
+                        self.proc(owner, "").qps_rts += 1;
+                    }
+                }
+            }
+            Body::QpDestroy { qp, ret } if *ret == 0 => {
+                if let Some(i) = self.live.remove(&qp.key) {
+                    let q = &mut self.qps[i];
+                    if let Some(s) = q.state {
+                        *q.time_in.entry(s.name()).or_default() +=
+                            rec.ts_ns.saturating_sub(q.state_since_ns);
+                        if matches!(s, QpState::Init | QpState::Rtr)
+                            && rec.ts_ns.saturating_sub(q.state_since_ns) > STUCK_NS
+                        {
+                            let d = format!(
+                                "QP spent {:.1} s in {s} before it was destroyed",
+                                (rec.ts_ns - q.state_since_ns) as f64 / 1e9
+                            );
+                            self.anomaly(rec, "qp_stuck", d);
+                        }
+                    }
+                    self.qps[i].destroyed_ns = Some(rec.ts_ns);
+                    self.qps[i].state_since_ns = rec.ts_ns;
+                }
+            }
+            Body::Resource(r) => {
+                if r.added && r.res_type == ResType::Ctx && r.owner_pid != 0 {
+                    let p = self.proc(r.owner_pid, &r.owner_comm);
+                    p.ctx_opens += 1;
+                    if !p.devices.contains(&r.dev) {
+                        p.devices.push(r.dev.clone());
+                    }
+                }
+            }
+            Body::ProcessExit { exit_code, .. } => {
+                if let Some(p) = self.procs.get_mut(&rec.pid) {
+                    p.exit_code = Some(*exit_code);
+                }
+            }
+            Body::TcpBytes(t) => {
+                let p = self.proc(rec.pid, &rec.comm);
+                p.tcp_tx_bytes += t.tx_bytes;
+                p.tcp_rx_bytes += t.rx_bytes;
+                p.tcp_calls += t.tx_calls + t.rx_calls;
+            }
+            Body::QpTraffic(t) => {
+                self.traffic_measured = true;
+                if let Some(&i) = self.live.get(&t.qp.key) {
+                    self.qps[i].tx_bytes += t.tx_bytes;
+                    self.qps[i].tx_packets += t.tx_packets;
+                } else if let Some(q) = self.qps.iter_mut().rev().find(|q| q.key == t.qp.key) {
+                    q.tx_bytes += t.tx_bytes;
+                    q.tx_packets += t.tx_packets;
+                }
+                if t.owner_pid != 0 {
+                    let p = self.proc(t.owner_pid, &t.owner_comm);
+                    p.rdma_tx_bytes += t.tx_bytes;
+                    p.rdma_tx_packets += t.tx_packets;
+                }
+            }
+            Body::Retransmit(r) => {
+                let (target, is_rdma) = match (&r.qp, &r.tcp) {
+                    (Some(qp), _) => (format!("{} QPN {:#x}", qp.key.dev, qp.key.qpn), true),
+                    (_, Some(t)) => (
+                        format!("{}:{}->{}:{}", t.saddr, t.sport, t.daddr, t.dport),
+                        false,
+                    ),
+                    _ => ("?".into(), false),
+                };
+                if let Some(qp) = &r.qp {
+                    if let Some(q) = self.qps.iter_mut().rev().find(|q| q.key == qp.key.clone()) {
+                        q.retransmits += 1;
+                    }
+                }
+                let (pid, comm) = (r.owner_pid, r.owner_comm.clone());
+                if pid != 0 {
+                    let p = self.proc(pid, &comm);
+                    if is_rdma {
+                        p.retrans_rdma += 1;
+                    } else {
+                        p.retrans_tcp += 1;
+                    }
+                }
+                let e = self
+                    .blame
+                    .entry((pid, r.transport.name(), target))
+                    .or_insert_with(|| (comm, 0, Vec::new()));
+                e.1 += 1;
+                if !e.2.iter().any(|x| x == r.reason) {
+                    e.2.push(r.reason.to_string());
+                }
+            }
+            Body::Counter(c) => {
+                if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) {
+                    *self
+                        .port_counters
+                        .entry((c.dev.clone(), c.port, c.name.clone()))
+                        .or_default() += c.delta;
+                }
+            }
+            Body::Async(a) => {
+                let bad = matches!(
+                    a.event.as_str(),
+                    "CQ_ERR"
+                        | "QP_FATAL"
+                        | "QP_REQ_ERR"
+                        | "QP_ACCESS_ERR"
+                        | "PATH_MIG_ERR"
+                        | "SRQ_ERR"
+                        | "DEVICE_FATAL"
+                        | "PORT_ERR"
+                        | "WQ_FATAL"
+                );
+                if bad {
+                    let what = match &a.element {
+                        AsyncElement::Qp(k) => format!("QP {:#x}", k.qpn),
+                        AsyncElement::Cq(id) => format!("CQ#{id} (overrun?)"),
+                        AsyncElement::Srq(id) => format!("SRQ#{id}"),
+                        AsyncElement::Port(p) => format!("port {p}"),
+                    };
+                    self.anomaly(
+                        rec,
+                        "async_error",
+                        format!("{} on {} {what}", a.event, a.dev),
+                    );
+                }
+            }
+            Body::Cm(c) => {
+                let bad = matches!(
+                    c.event.as_str(),
+                    "ADDR_ERROR"
+                        | "ROUTE_ERROR"
+                        | "CONNECT_ERROR"
+                        | "UNREACHABLE"
+                        | "REJECTED"
+                        | "DISCONNECTED"
+                        | "DEVICE_REMOVAL"
+                );
+                if bad {
+                    let peer = c.dst.map(|d| format!(" to {d}")).unwrap_or_default();
+                    self.anomaly(
+                        rec,
+                        "cm",
+                        format!("CM {}{peer} status {}", c.event, c.status),
+                    );
+                }
+            }
+            Body::Lost { count } => {
+                self.lost += count;
+                self.anomaly(
+                    rec,
+                    "lost_events",
+                    format!("{count} events dropped by the kernel (ring buffer full)"),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn verdict(&self, p: &ProcStats) -> (Verdict, Vec<String>) {
+        let mut ev = Vec::new();
+        let tcp = p.tcp_tx_bytes + p.tcp_rx_bytes;
+        let touched = p.ctx_opens > 0 || p.qps_created > 0;
+        let devs = if p.devices.is_empty() {
+            "an RDMA device".to_string()
+        } else {
+            p.devices.join(", ")
+        };
+        if touched {
+            ev.push(format!(
+                "opened {devs}; {} QP(s) created ({}), {} reached RTR/RTS",
+                p.qps_created,
+                if p.qp_types.is_empty() {
+                    "-".into()
+                } else {
+                    p.qp_types.join("/")
+                },
+                p.qps_rts
+            ));
+        }
+        if self.traffic_measured && touched {
+            ev.push(format!(
+                "{} sent on its QPs ({} packets)",
+                mib(p.rdma_tx_bytes),
+                p.rdma_tx_packets
+            ));
+        }
+        ev.push(if tcp == 0 {
+            "0 B over TCP".to_string()
+        } else {
+            let per_mib = if tcp >= 1 << 20 {
+                format!(
+                    ", {:.0} calls/MiB",
+                    p.tcp_calls as f64 / (tcp as f64 / (1u64 << 20) as f64)
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "{} over TCP ({} sent, {} received) in {} send/recv calls{per_mib}",
+                mib(tcp),
+                mib(p.tcp_tx_bytes),
+                mib(p.tcp_rx_bytes),
+                p.tcp_calls
+            )
+        });
+        let tcp_data = tcp >= TCP_DATA_THRESHOLD;
+        let verdict = if !touched {
+            if tcp > 0 {
+                Verdict::Tcp
+            } else if p.retrans_tcp > 0 {
+                ev.push("TCP retransmits seen but no byte counts (TCP byte probes off?)".into());
+                Verdict::Unknown
+            } else {
+                Verdict::Idle
+            }
+        } else if p.qps_rts == 0 {
+            if tcp_data {
+                Verdict::TcpFallback
+            } else {
+                Verdict::Idle
+            }
+        } else if self.traffic_measured && p.rdma_tx_bytes == 0 {
+            if tcp_data {
+                Verdict::TcpFallback
+            } else {
+                Verdict::Idle
+            }
+        } else if tcp_data && (!self.traffic_measured || tcp.saturating_mul(10) >= p.rdma_tx_bytes)
+        {
+            Verdict::Mixed
+        } else {
+            Verdict::Rdma
+        };
+        if verdict == Verdict::Rdma && tcp > 0 {
+            ev.push(format!(
+                "TCP below the data threshold ({}): a control channel",
+                mib(TCP_DATA_THRESHOLD)
+            ));
+        }
+        (verdict, ev)
+    }
+
+    /// Closes open intervals at the last event and produces the report.
+    pub fn finish(mut self) -> Report {
+        let end = self.last_ts_ns;
+        let mut stuck = Vec::new();
+        for q in self.qps.iter_mut().filter(|q| q.destroyed_ns.is_none()) {
+            if let Some(s) = q.state {
+                let open = end.saturating_sub(q.state_since_ns);
+                *q.time_in.entry(s.name()).or_default() += open;
+                if matches!(s, QpState::Init | QpState::Rtr) && open > STUCK_NS {
+                    stuck.push((q.key.clone(), q.owner_pid, q.owner_comm.clone(), s, open));
+                }
+            }
+        }
+        for (key, pid, comm, s, open) in stuck {
+            self.anomalies.push(Anomaly {
+                ts_ns: end,
+                wall_ns: self.last_wall_ns,
+                pid,
+                comm,
+                dev: Some(key.dev.clone()),
+                qpn: Some(key.qpn),
+                kind: "qp_stuck",
+                detail: format!(
+                    "QP still in {s} after {:.1} s at the end of the trace",
+                    open as f64 / 1e9
+                ),
+            });
+        }
+        let processes: Vec<ProcReport> = self
+            .procs
+            .values()
+            .filter(|p| {
+                p.ctx_opens
+                    + p.qps_created
+                    + p.tcp_calls
+                    + p.retrans_rdma
+                    + p.retrans_tcp
+                    + p.rdma_tx_packets
+                    > 0
+            })
+            .map(|p| {
+                let (verdict, evidence) = self.verdict(p);
+                ProcReport {
+                    stats: p.clone(),
+                    verdict,
+                    evidence,
+                }
+            })
+            .collect();
+        let mut blame: Vec<BlameRow> = self
+            .blame
+            .into_iter()
+            .map(
+                |((pid, transport, target), (comm, count, reasons))| BlameRow {
+                    pid,
+                    comm,
+                    transport,
+                    target,
+                    count,
+                    reasons,
+                },
+            )
+            .collect();
+        blame.sort_by(|a, b| b.count.cmp(&a.count).then(a.target.cmp(&b.target)));
+        self.anomalies.sort_by_key(|a| a.ts_ns);
+        Report {
+            first_wall_ns: self.first_wall_ns,
+            last_wall_ns: self.last_wall_ns,
+            events: self.events,
+            lost: self.lost,
+            processes,
+            qps: self.qps,
+            blame,
+            port_counters: self
+                .port_counters
+                .into_iter()
+                .filter(|(_, v)| *v > 0)
+                .map(|((d, p, n), v)| (d, p, n, v))
+                .collect(),
+            anomalies: self.anomalies,
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The post-mortem report (`rdmatrace report`) and verdict lines (`rdmatrace verdict`), as text
+//! and as JSON. Rendering only: the analysis is in `correlate::analysis`.
+
+use serde_json::{json, Value};
+
+use crate::{
+    clock::{hms_millis, rfc3339},
+    correlate::analysis::{ProcReport, Report},
+    event::qp_type_name,
+    sinks::text::gid_text,
+};
+
+/// Where a report comes from.
+#[derive(Clone, Debug, Default)]
+pub struct Source {
+    pub hostname: String,
+    pub kernel: String,
+}
+
+fn secs(ns: u64) -> String {
+    format!("{:.1}s", ns as f64 / 1e9)
+}
+
+pub fn verdict_json(p: &ProcReport) -> Value {
+    json!({"type": "verdict", "data": {
+        "pid": p.stats.pid,
+        "comm": p.stats.comm,
+        "verdict": p.verdict.name(),
+        "evidence": p.evidence,
+    }})
+}
+
+pub fn verdict_text(p: &ProcReport) -> String {
+    let mut s = format!(
+        "{:<7} {:<15} {:<12} {}",
+        p.stats.pid,
+        p.stats.comm,
+        p.verdict.name(),
+        p.evidence.first().cloned().unwrap_or_default()
+    );
+    for e in p.evidence.iter().skip(1) {
+        s += &format!("\n{:<36} {e}", "");
+    }
+    s
+}
+
+pub fn text(r: &Report, src: &Source) -> String {
+    let mut o = String::new();
+    o += &format!(
+        "rdmatrace report: host {} (kernel {})\n{} .. {} ({}), {} events, {} lost\n",
+        src.hostname,
+        src.kernel,
+        rfc3339(r.first_wall_ns),
+        rfc3339(r.last_wall_ns),
+        secs(r.last_wall_ns.saturating_sub(r.first_wall_ns)),
+        r.events,
+        r.lost
+    );
+    o += "\nPROCESSES\nPID     COMM            VERDICT      EVIDENCE\n";
+    if r.processes.is_empty() {
+        o += "(no process used RDMA or TCP)\n";
+    }
+    for p in &r.processes {
+        o += &verdict_text(p);
+        o.push('\n');
+    }
+    o += "\nQPS\nDEV    QPN      OWNER                 TYPE STATE   PEER                  TX         RETX  TIME IN STATES\n";
+    for q in &r.qps {
+        let peer = match (
+            q.peer_qpn,
+            q.peer_gid.as_ref().filter(|g| g.iter().any(|&b| b != 0)),
+        ) {
+            (Some(n), Some(g)) => format!("{n:#x}@{}", gid_text(g)),
+            (Some(n), None) => format!("{n:#x}"),
+            _ => "-".into(),
+        };
+        let state = match (q.destroyed_ns, q.state) {
+            (Some(_), Some(s)) => format!("{s}*"),
+            (None, Some(s)) => s.to_string(),
+            _ => "?".into(),
+        };
+        let times: Vec<String> = q
+            .time_in
+            .iter()
+            .map(|(s, ns)| format!("{s} {}", secs(*ns)))
+            .collect();
+        o += &format!(
+            "{:<6} {:<8} {:<21} {:<4} {:<7} {:<21} {:<10} {:<5} {}\n",
+            q.key.dev,
+            format!("{:#x}", q.key.qpn),
+            format!("{} {}", q.owner_pid, q.owner_comm),
+            qp_type_name(q.qp_type),
+            state,
+            peer,
+            q.tx_bytes,
+            q.retransmits,
+            times.join(", ")
+        );
+    }
+    o += "(* = destroyed; STATE is the last state)\n";
+    o += "\nRETRANSMIT BLAME (most first)\nCOUNT  PID     COMM            TRANSPORT TARGET                          REASONS\n";
+    if r.blame.is_empty() {
+        o += "(no retransmits seen)\n";
+    }
+    for b in &r.blame {
+        o += &format!(
+            "{:<6} {:<7} {:<15} {:<9} {:<31} {}\n",
+            b.count,
+            b.pid,
+            b.comm,
+            b.transport,
+            b.target,
+            b.reasons.join(", ")
+        );
+    }
+    if !r.port_counters.is_empty() {
+        o += "\nPORT COUNTERS (retransmission-related; attribution is per port only, not per QP)\n";
+        for (dev, port, name, delta) in &r.port_counters {
+            o += &format!("{dev} port {port} {name} +{delta}\n");
+        }
+    }
+    o += "\nANOMALIES (UTC, in time order)\n";
+    if r.anomalies.is_empty() {
+        o += "(none)\n";
+    }
+    for a in &r.anomalies {
+        let at = match (&a.dev, a.qpn) {
+            (Some(d), Some(q)) => format!("{d} {q:#x}"),
+            (Some(d), None) => d.clone(),
+            _ => "-".into(),
+        };
+        o += &format!(
+            "{} {:<7} {:<15} {:<14} {:<16} {}\n",
+            hms_millis(a.wall_ns),
+            a.pid,
+            a.comm,
+            at,
+            a.kind,
+            a.detail
+        );
+    }
+    o
+}
+
+pub fn to_json(r: &Report, src: &Source) -> Value {
+    json!({"type": "report", "data": {
+        "host": src.hostname,
+        "kernel": src.kernel,
+        "start": rfc3339(r.first_wall_ns),
+        "end": rfc3339(r.last_wall_ns),
+        "events": r.events,
+        "lost": r.lost,
+        "processes": r.processes.iter().map(|p| json!({
+            "pid": p.stats.pid,
+            "comm": p.stats.comm,
+            "verdict": p.verdict.name(),
+            "evidence": p.evidence,
+            "devices": p.stats.devices,
+            "qps_created": p.stats.qps_created,
+            "qps_rts": p.stats.qps_rts,
+            "rdma_tx_bytes": p.stats.rdma_tx_bytes,
+            "tcp_tx_bytes": p.stats.tcp_tx_bytes,
+            "tcp_rx_bytes": p.stats.tcp_rx_bytes,
+            "tcp_calls": p.stats.tcp_calls,
+            "retransmits_rdma": p.stats.retrans_rdma,
+            "retransmits_tcp": p.stats.retrans_tcp,
+            "exit_code": p.stats.exit_code,
+        })).collect::<Vec<_>>(),
+        "qps": r.qps.iter().map(|q| json!({
+            "dev": q.key.dev,
+            "qpn": q.key.qpn,
+            "owner_pid": q.owner_pid,
+            "owner_comm": q.owner_comm,
+            "qp_type": qp_type_name(q.qp_type),
+            "state": q.state.map(|s| s.name()),
+            "destroyed": q.destroyed_ns.is_some(),
+            "peer_qpn": q.peer_qpn,
+            "peer_gid": q.peer_gid.as_ref().map(gid_text),
+            "tx_bytes": q.tx_bytes,
+            "tx_packets": q.tx_packets,
+            "retransmits": q.retransmits,
+            "failed_modifies": q.failed_modifies,
+            "time_in_ns": q.time_in,
+        })).collect::<Vec<_>>(),
+        "blame": r.blame.iter().map(|b| json!({
+            "pid": b.pid, "comm": b.comm, "transport": b.transport, "target": b.target,
+            "count": b.count, "reasons": b.reasons,
+        })).collect::<Vec<_>>(),
+        "port_counters": r.port_counters.iter().map(|(d, p, n, v)| json!({"dev": d, "port": p, "name": n, "delta": v})).collect::<Vec<_>>(),
+        "anomalies": r.anomalies.iter().map(|a| json!({
+            "time": rfc3339(a.wall_ns), "pid": a.pid, "comm": a.comm, "dev": a.dev, "qpn": a.qpn,
+            "kind": a.kind, "detail": a.detail,
+        })).collect::<Vec<_>>(),
+    }})
+}
