@@ -97,3 +97,21 @@ fn replay_loss_jsonl_golden() {
     assert!(out.status.success(), "{}", out.stderr);
     insta::assert_snapshot!(out.stdout);
 }
+
+#[test]
+fn report_text_golden() {
+    let out = run(&["report", LOSS]);
+    assert!(out.status.success(), "{}", out.stderr);
+    insta::assert_snapshot!(out.stdout);
+}
+
+#[test]
+fn report_json_golden() {
+    let out = run(&["report", LOSS, "--json"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("json");
+    insta::assert_snapshot!(serde_json::to_string_pretty(&v).expect("pretty"));
+    // Blame names the lossy sender's QP first.
+    assert_eq!(v["data"]["blame"][0]["target"], "rxe0 QPN 0x11");
+    assert_eq!(v["data"]["blame"][0]["comm"], "ib_write_bw");
+}

@@ -638,3 +638,6 @@ impl Analyzer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

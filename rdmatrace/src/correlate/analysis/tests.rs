@@ -1,0 +1,189 @@
+use super::*;
+use crate::event::{ModifyAttrs, QpInfo, QpTrafficDelta, Resource, TcpBytesDelta};
+
+fn rec(pid: u32, comm: &str, ts: u64, body: Body) -> Record {
+    Record {
+        ts_ns: ts,
+        wall_ns: ts,
+        cpu: 0,
+        pid,
+        tid: pid,
+        comm: comm.into(),
+        body,
+    }
+}
+fn qp(qpn: u32) -> QpInfo {
+    QpInfo {
+        key: QpKey {
+            dev: "rxe0".into(),
+            qpn,
+        },
+        qp_type: 2,
+    }
+}
+fn to(qpn: u32, s: QpState) -> Body {
+    Body::QpModify {
+        qp: qp(qpn),
+        attrs: ModifyAttrs {
+            attr_mask: 1,
+            new_state: Some(s),
+            ..Default::default()
+        },
+        ret: 0,
+    }
+}
+fn ctx(pid: u32) -> Body {
+    Body::Resource(Resource {
+        added: true,
+        res_type: ResType::Ctx,
+        dev: "rxe0".into(),
+        id: 1,
+        owner_pid: pid,
+        owner_comm: "app".into(),
+        user: true,
+        cq: None,
+        mr: None,
+    })
+}
+fn tcp(tx: u64) -> Body {
+    Body::TcpBytes(TcpBytesDelta {
+        tx_bytes: tx,
+        rx_bytes: 0,
+        tx_calls: tx / 65536 + 1,
+        rx_calls: 0,
+    })
+}
+fn traffic(qpn: u32, pid: u32, bytes: u64) -> Body {
+    Body::QpTraffic(QpTrafficDelta {
+        qp: qp(qpn),
+        tx_packets: bytes / 1024,
+        tx_bytes: bytes,
+        owner_pid: pid,
+        owner_comm: "app".into(),
+    })
+}
+fn verdict_of(r: &Report, pid: u32) -> Verdict {
+    r.processes
+        .iter()
+        .find(|p| p.stats.pid == pid)
+        .map(|p| p.verdict)
+        .expect("process in report")
+}
+
+#[test]
+fn opened_rdma_but_moved_data_over_tcp_is_a_fallback() {
+    let mut a = Analyzer::new();
+    a.push(&rec(1, "app", 1, ctx(1)));
+    a.push(&rec(
+        1,
+        "app",
+        2,
+        Body::QpCreate {
+            qp: qp(0x11),
+            ret: 0,
+        },
+    ));
+    a.push(&rec(1, "app", 3, to(0x11, QpState::Init)));
+    a.push(&rec(1, "app", 4, tcp(50 << 20)));
+    let r = a.finish();
+    assert_eq!(verdict_of(&r, 1), Verdict::TcpFallback);
+    let p = &r.processes[0];
+    assert!(
+        p.evidence.iter().any(|e| e.contains("0 reached RTR/RTS")),
+        "{:?}",
+        p.evidence
+    );
+    assert!(
+        p.evidence.iter().any(|e| e.contains("50.0 MiB over TCP")),
+        "{:?}",
+        p.evidence
+    );
+}
+
+#[test]
+fn rdma_with_a_small_tcp_control_channel_is_rdma_and_big_tcp_makes_it_mixed() {
+    let run = |tcp_bytes: u64| {
+        let mut a = Analyzer::new();
+        a.push(&rec(
+            1,
+            "app",
+            1,
+            Body::QpCreate {
+                qp: qp(0x11),
+                ret: 0,
+            },
+        ));
+        a.push(&rec(1, "app", 2, to(0x11, QpState::Init)));
+        a.push(&rec(1, "app", 3, to(0x11, QpState::Rtr)));
+        a.push(&rec(1, "app", 4, to(0x11, QpState::Rts)));
+        a.push(&rec(0, "", 5, traffic(0x11, 1, 100 << 20)));
+        a.push(&rec(1, "app", 6, tcp(tcp_bytes)));
+        verdict_of(&a.finish(), 1)
+    };
+    assert_eq!(run(4096), Verdict::Rdma);
+    assert_eq!(run(60 << 20), Verdict::Mixed);
+}
+
+#[test]
+fn never_touching_rdma_is_tcp_and_a_qp_stuck_in_rtr_is_an_anomaly() {
+    let mut a = Analyzer::new();
+    a.push(&rec(2, "curl", 1, tcp(5 << 20)));
+    a.push(&rec(
+        3,
+        "app",
+        10,
+        Body::QpCreate {
+            qp: qp(0x12),
+            ret: 0,
+        },
+    ));
+    a.push(&rec(3, "app", 20, to(0x12, QpState::Init)));
+    a.push(&rec(3, "app", 30, to(0x12, QpState::Rtr)));
+    a.push(&rec(0, "", 30 + STUCK_NS + 1, Body::Lost { count: 0 }));
+    let r = a.finish();
+    assert_eq!(verdict_of(&r, 2), Verdict::Tcp);
+    let stuck: Vec<&Anomaly> = r
+        .anomalies
+        .iter()
+        .filter(|x| x.kind == "qp_stuck")
+        .collect();
+    assert_eq!(stuck.len(), 1, "{:?}", r.anomalies);
+    assert_eq!((stuck[0].pid, stuck[0].qpn), (3, Some(0x12)));
+    assert!(stuck[0].detail.contains("RTR"));
+}
+
+#[test]
+fn illegal_transitions_are_named_as_the_likely_cause() {
+    let mut a = Analyzer::new();
+    a.push(&rec(
+        1,
+        "app",
+        1,
+        Body::QpCreate {
+            qp: qp(0x11),
+            ret: 0,
+        },
+    ));
+    let bad = Body::QpModify {
+        qp: qp(0x11),
+        attrs: ModifyAttrs {
+            attr_mask: 1,
+            cur_state: Some(QpState::Reset),
+            new_state: Some(QpState::Rts),
+            ..Default::default()
+        },
+        ret: -22,
+    };
+    a.push(&rec(1, "app", 2, bad));
+    let r = a.finish();
+    let a = r
+        .anomalies
+        .iter()
+        .find(|x| x.kind == "qp_modify_failed")
+        .expect("anomaly");
+    assert!(
+        a.detail.contains("EINVAL") && a.detail.contains("illegal transition RESET->RTS"),
+        "{}",
+        a.detail
+    );
+}
