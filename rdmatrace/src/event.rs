@@ -419,6 +419,19 @@ impl Body {
 }
 
 impl Record {
+    /// A report of `count` events the kernel dropped, at monotonic time `ts_ns`.
+    pub fn lost(count: u64, ts_ns: u64, anchor: &crate::clock::ClockAnchor) -> Record {
+        Record {
+            ts_ns,
+            wall_ns: anchor.wall_ns(ts_ns),
+            cpu: 0,
+            pid: 0,
+            tid: 0,
+            comm: String::new(),
+            body: Body::Lost { count },
+        }
+    }
+
     /// The device an event is about, if any.
     pub fn dev(&self) -> Option<&str> {
         match &self.body {

@@ -7,7 +7,7 @@ use crate::{
     clock::ClockAnchor,
     correlate::{filter::Filter, Correlator},
     decode::{decode, DecodeError},
-    event::{Body, Record},
+    event::Record,
     sinks::Sink,
 };
 
@@ -66,14 +66,6 @@ impl Pipeline {
         if count == 0 {
             return;
         }
-        self.push(Record {
-            ts_ns,
-            wall_ns: self.anchor.wall_ns(ts_ns),
-            cpu: 0,
-            pid: 0,
-            tid: 0,
-            comm: String::new(),
-            body: Body::Lost { count },
-        });
+        self.push(Record::lost(count, ts_ns, &self.anchor));
     }
 }

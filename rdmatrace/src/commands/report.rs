@@ -26,15 +26,7 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
                     return;
                 }
             },
-            Entry::Lost { ts_ns, count } => crate::event::Record {
-                ts_ns,
-                wall_ns: anchor.wall_ns(ts_ns),
-                cpu: 0,
-                pid: 0,
-                tid: 0,
-                comm: String::new(),
-                body: crate::event::Body::Lost { count },
-            },
+            Entry::Lost { ts_ns, count } => crate::event::Record::lost(count, ts_ns, &anchor),
         };
         let mut record = record;
         correlator.observe(&mut record);

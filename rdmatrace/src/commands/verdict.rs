@@ -12,7 +12,7 @@ use crate::{
         Correlator,
     },
     decode::decode,
-    event::{Body, Record},
+    event::Record,
     loader,
     sample::Sampler,
     sinks::report::{verdict_json, verdict_text},
@@ -47,15 +47,7 @@ impl Consumer for Watch {
     }
     fn lost(&mut self, count: u64, ts_ns: u64) {
         if count > 0 {
-            let mut r = Record {
-                ts_ns,
-                wall_ns: self.anchor.wall_ns(ts_ns),
-                cpu: 0,
-                pid: 0,
-                tid: 0,
-                comm: String::new(),
-                body: Body::Lost { count },
-            };
+            let mut r = Record::lost(count, ts_ns, &self.anchor);
             self.correlator.observe(&mut r);
             self.analyzer.push(&r);
         }
