@@ -38,6 +38,31 @@ fn local_qpn(output: &str) -> u32 {
     u32::from_str_radix(hex.trim().trim_start_matches("0x"), 16).expect("QPN hex")
 }
 
+/// Runs a client until it succeeds and `ok` accepts its output (its server may not listen yet);
+/// returns its pid and output.
+fn client_until_ok(prog: &str, args: &[&str], ok: impl Fn(&str) -> bool) -> (u32, String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        sleep(Duration::from_millis(700));
+        let c = Command::new(prog)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {prog}: {e}"));
+        let pid = c.id();
+        let out = c.wait_with_output().expect("client output");
+        let t = text(&out);
+        if out.status.success() && ok(&t) {
+            return (pid, t);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{prog} {args:?} never succeeded: {t}"
+        );
+    }
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -58,26 +83,11 @@ fn rc_pingpong() -> ((u32, String), (u32, String)) {
     let server_pid = server.id();
     // The server prints nothing until it exits (stdout is a pipe): retry the client until the
     // server's TCP port accepts.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (client_pid, client_out) = loop {
-        sleep(Duration::from_millis(500));
-        let client = Command::new("ibv_rc_pingpong")
-            .args(["-d", "rxe0", "-g", "1", "-n", "20", "192.0.2.2"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start ibv_rc_pingpong client");
-        let pid = client.id();
-        let out = client.wait_with_output().expect("client output");
-        if out.status.success() {
-            break (pid, text(&out));
-        }
-        assert!(
-            Instant::now() < deadline,
-            "client never connected: {}",
-            text(&out)
-        );
-    };
+    let (client_pid, client_out) = client_until_ok(
+        "ibv_rc_pingpong",
+        &["-d", "rxe0", "-g", "1", "-n", "20", "192.0.2.2"],
+        |_| true,
+    );
     let server_out = server.wait_with_output().expect("server output");
     assert!(
         server_out.status.success(),
@@ -286,28 +296,11 @@ fn lab_rxe_retransmits_under_loss_are_blamed_on_the_sending_qp() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start ib_write_bw server");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let (pid, out) = loop {
-            sleep(Duration::from_millis(700));
-            let client = Command::new("ib_write_bw")
-                .args(["-d", "rxe0"])
-                .args(args)
-                .arg("192.0.2.2")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start ib_write_bw client");
-            let pid = client.id();
-            let out = client.wait_with_output().expect("client output");
-            if out.status.success() {
-                break (pid, text(&out));
-            }
-            assert!(
-                Instant::now() < deadline,
-                "client never ran: {}",
-                text(&out)
-            );
-        };
+        let (pid, out) = client_until_ok(
+            "ib_write_bw",
+            &[&["-d", "rxe0"][..], &args[..], &["192.0.2.2"]].concat(),
+            |_| true,
+        );
         let server_out = server.wait_with_output().expect("server");
         (text(&server_out), pid, out)
     };
@@ -433,26 +426,11 @@ fn rping_pair() -> (u32, u32) {
         .spawn()
         .expect("rping server");
     let spid = server.id();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let cpid = loop {
-        sleep(Duration::from_millis(700));
-        let c = Command::new("rping")
-            .args(["-c", "-a", "192.0.2.2", "-C", "3", "-v"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("rping client");
-        let pid = c.id();
-        let out = c.wait_with_output().expect("client");
-        if out.status.success() && text(&out).contains("ping data") {
-            break pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rping client never connected: {}",
-            text(&out)
-        );
-    };
+    let (cpid, _) = client_until_ok(
+        "rping",
+        &["-c", "-a", "192.0.2.2", "-C", "3", "-v"],
+        |out| out.contains("ping data"),
+    );
     let out = server.wait_with_output().expect("server");
     assert!(out.status.success(), "rping server: {}", text(&out));
     (spid, cpid)
@@ -690,23 +668,11 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
         .spawn()
         .expect("server");
     let spid = server.id();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let cpid = loop {
-        sleep(Duration::from_millis(700));
-        let c = Command::new("ib_write_bw")
-            .args(["-d", "rxe0"])
-            .args(args)
-            .arg("192.0.2.2")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("client");
-        let pid = c.id();
-        if c.wait_with_output().expect("client").status.success() {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "ib_write_bw client never ran");
-    };
+    let (cpid, _) = client_until_ok(
+        "ib_write_bw",
+        &[&["-d", "rxe0"][..], &args[..], &["192.0.2.2"]].concat(),
+        |_| true,
+    );
     let _ = server.wait_with_output();
 
     // 2. TCP fallback: opens rxe0, creates a QP, moves 8 MiB over TCP on the wire.
