@@ -55,11 +55,8 @@ pub struct RecordArgs {
     /// Only this process (and nothing else); filtered in the kernel.
     #[arg(long, short = 'p', conflicts_with = "command")]
     pub pid: Option<u32>,
-    /// Ring buffer size in bytes (power of two, at least 4096).
-    #[arg(long, default_value_t = rdmatrace_common::limits::RINGBUF_BYTES, value_parser = parse_ringbuf)]
-    pub ringbuf_size: u32,
-    #[arg(long, default_value = "/sys/kernel/btf", hide = true)]
-    pub btf_dir: PathBuf,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
     /// Run this command and record it and its descendants until it exits.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -76,10 +73,8 @@ pub struct VerdictArgs {
     /// One {"type":"verdict","data":{pid,comm,verdict,evidence}} line per process.
     #[arg(long)]
     pub json: bool,
-    #[arg(long, default_value_t = rdmatrace_common::limits::RINGBUF_BYTES, value_parser = parse_ringbuf)]
-    pub ringbuf_size: u32,
-    #[arg(long, default_value = "/sys/kernel/btf", hide = true)]
-    pub btf_dir: PathBuf,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
     /// Run this command and judge it and its descendants.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -92,8 +87,8 @@ impl VerdictArgs {
             duration: duration(self.duration)?,
             command: self.command.clone(),
             json: self.json,
-            ringbuf_bytes: self.ringbuf_size,
-            btf_dir: self.btf_dir.clone(),
+            ringbuf_bytes: self.probe.ringbuf_size,
+            btf_dir: self.probe.btf_dir.clone(),
         })
     }
 }
@@ -115,8 +110,8 @@ impl RecordArgs {
             duration: duration(self.duration)?,
             pid: self.pid,
             command: self.command.clone(),
-            ringbuf_bytes: self.ringbuf_size,
-            btf_dir: self.btf_dir.clone(),
+            ringbuf_bytes: self.probe.ringbuf_size,
+            btf_dir: self.probe.btf_dir.clone(),
         })
     }
 }
@@ -141,15 +136,22 @@ pub struct TraceArgs {
     /// Stop after this many seconds.
     #[arg(long, short = 'd')]
     pub duration: Option<f64>,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Replay a recording (from `rdmatrace record`) instead of tracing live; needs no privileges.
+    #[arg(long, short = 'i')]
+    pub input: Option<PathBuf>,
+}
+
+/// Options of every command that loads the probes.
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
     /// Ring buffer size in bytes (power of two, at least 4096).
     #[arg(long, default_value_t = rdmatrace_common::limits::RINGBUF_BYTES, value_parser = parse_ringbuf)]
     pub ringbuf_size: u32,
     /// Where the kernel's BTF lives.
     #[arg(long, default_value = "/sys/kernel/btf", hide = true)]
     pub btf_dir: PathBuf,
-    /// Replay a recording (from `rdmatrace record`) instead of tracing live; needs no privileges.
-    #[arg(long, short = 'i')]
-    pub input: Option<PathBuf>,
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {
@@ -192,8 +194,8 @@ impl TraceArgs {
                 Format::Text
             },
             duration,
-            ringbuf_bytes: self.ringbuf_size,
-            btf_dir: self.btf_dir.clone(),
+            ringbuf_bytes: self.probe.ringbuf_size,
+            btf_dir: self.probe.btf_dir.clone(),
         })
     }
 }
