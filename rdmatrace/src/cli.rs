@@ -42,6 +42,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Recordings as a timeline: a track per process, QP states as slices, CM/async/anomaly
+    /// instants, rate counters; Perfetto protobuf (default) or Chrome JSON. Several files (one per
+    /// host) line up on UTC.
+    Timeline(TimelineArgs),
 }
 
 #[derive(Args, Debug)]
@@ -197,5 +201,38 @@ impl TraceArgs {
             ringbuf_bytes: self.probe.ringbuf_size,
             btf_dir: self.probe.btf_dir.clone(),
         })
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct TimelineArgs {
+    /// Recordings from `rdmatrace record` (several hosts' files share one UTC time axis).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Where to write the timeline (`-` for stdout).
+    #[arg(long, short = 'o')]
+    pub output: PathBuf,
+    /// `perfetto` (TrackEvent protobuf, for ui.perfetto.dev) or `json` (Chrome trace events).
+    #[arg(long, value_enum, default_value_t = TimelineFormatArg::Perfetto)]
+    pub format: TimelineFormatArg,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimelineFormatArg {
+    Perfetto,
+    Json,
+}
+
+impl TimelineArgs {
+    pub fn to_config(&self) -> crate::commands::timeline::TimelineConfig {
+        use crate::commands::timeline::{TimelineConfig, TimelineFormat};
+        TimelineConfig {
+            inputs: self.files.clone(),
+            output: self.output.clone(),
+            format: match self.format {
+                TimelineFormatArg::Perfetto => TimelineFormat::Perfetto,
+                TimelineFormatArg::Json => TimelineFormat::Json,
+            },
+        }
     }
 }

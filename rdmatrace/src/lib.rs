@@ -18,3 +18,4 @@ pub mod recording;
 pub mod sample;
 pub mod sinks;
 pub mod source;
+pub mod timeline;

@@ -2,6 +2,8 @@
 pub mod doctor;
 pub mod live;
 pub mod record;
+pub mod replay;
 pub mod report;
+pub mod timeline;
 pub mod trace;
 pub mod verdict;

@@ -1,0 +1,68 @@
+//! `rdmatrace timeline FILE... -o OUT [--format perfetto|json]`: recordings as a timeline for
+//! Perfetto (native protobuf, default) or Chrome-JSON viewers. Several files (one per host) share
+//! one UTC time axis. No privileges needed.
+
+use std::{io::Write as _, path::PathBuf, process::ExitCode};
+
+use anyhow::Context as _;
+
+use crate::{
+    commands::replay::Replay,
+    correlate::analysis::Analyzer,
+    timeline::{chrome, perfetto, TimelineBuilder},
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimelineFormat {
+    /// Perfetto TrackEvent protobuf (open in ui.perfetto.dev or trace_processor).
+    Perfetto,
+    /// Chrome trace-event JSON.
+    Json,
+}
+
+#[derive(Clone, Debug)]
+pub struct TimelineConfig {
+    pub inputs: Vec<PathBuf>,
+    /// `-` for stdout.
+    pub output: PathBuf,
+    pub format: TimelineFormat,
+}
+
+pub fn run(cfg: &TimelineConfig) -> anyhow::Result<ExitCode> {
+    let mut builder = TimelineBuilder::new();
+    for path in &cfg.inputs {
+        let replay = Replay::open(path)?;
+        let header = replay.header();
+        let host = builder.host(&header.hostname, &header.kernel, header.clock_offset_ns);
+        let mut analyzer = Analyzer::new();
+        let replayed = replay.run(|r| {
+            analyzer.push(r);
+            builder.push(host, r);
+        });
+        builder.anomalies(host, &analyzer.finish().anomalies);
+        replayed.warn(path);
+    }
+    let tl = builder.finish();
+    let bytes = match cfg.format {
+        TimelineFormat::Perfetto => perfetto::encode(&tl),
+        TimelineFormat::Json => {
+            let mut v = serde_json::to_vec(&chrome::to_json(&tl))?;
+            v.push(b'\n');
+            v
+        }
+    };
+    if cfg.output.as_os_str() == "-" {
+        std::io::stdout().lock().write_all(&bytes)?;
+    } else {
+        std::fs::write(&cfg.output, &bytes)
+            .with_context(|| format!("cannot write {}", cfg.output.display()))?;
+        eprintln!(
+            "rdmatrace: wrote {} ({} tracks, {} events, {} bytes)",
+            cfg.output.display(),
+            tl.tracks.len(),
+            tl.events.len(),
+            bytes.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
