@@ -46,6 +46,9 @@ pub enum Command {
     /// instants, rate counters; Perfetto protobuf (default) or Chrome JSON. Several files (one per
     /// host) line up on UTC.
     Timeline(TimelineArgs),
+    /// Flamegraph (SVG via inferno, or folded stacks) of retransmit blame, verbs call stacks or
+    /// on-CPU samples; `--base OTHER` makes it differential against another recording.
+    Flamegraph(FlamegraphArgs),
 }
 
 #[derive(Args, Debug)]
@@ -233,6 +236,49 @@ impl TimelineArgs {
                 TimelineFormatArg::Perfetto => TimelineFormat::Perfetto,
                 TimelineFormatArg::Json => TimelineFormat::Json,
             },
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct FlamegraphArgs {
+    /// A recording from `rdmatrace record`.
+    pub file: PathBuf,
+    /// retransmits: process;device;QPN;reason by count. verbs: user stacks at verbs calls.
+    /// cpu: on-CPU samples.
+    #[arg(long, value_enum, default_value_t = FlameKindArg::Retransmits)]
+    pub kind: FlameKindArg,
+    /// Where to write (`-` for stdout).
+    #[arg(long, short = 'o')]
+    pub output: PathBuf,
+    /// Write folded stacks (`a;b;c N`) instead of SVG.
+    #[arg(long)]
+    pub folded: bool,
+    /// Differential flamegraph against this (earlier) recording: red grew, blue shrank.
+    #[arg(long)]
+    pub base: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlameKindArg {
+    Retransmits,
+    Verbs,
+    Cpu,
+}
+
+impl FlamegraphArgs {
+    pub fn to_config(&self) -> crate::commands::flamegraph::FlamegraphConfig {
+        use crate::flame::Kind;
+        crate::commands::flamegraph::FlamegraphConfig {
+            input: self.file.clone(),
+            base: self.base.clone(),
+            kind: match self.kind {
+                FlameKindArg::Retransmits => Kind::Retransmits,
+                FlameKindArg::Verbs => Kind::Verbs,
+                FlameKindArg::Cpu => Kind::Cpu,
+            },
+            output: self.output.clone(),
+            folded: self.folded,
         }
     }
 }

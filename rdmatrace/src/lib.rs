@@ -12,6 +12,7 @@ pub mod config;
 pub mod correlate;
 pub mod decode;
 pub mod event;
+pub mod flame;
 pub mod loader;
 pub mod pipeline;
 pub mod recording;

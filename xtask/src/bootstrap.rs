@@ -196,6 +196,14 @@ fn apt(pkgs: &[(&str, Option<&str>)]) -> anyhow::Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
+/// Headless Chromium: the flamegraph test screenshots an SVG to see that frames are drawn.
+const BROWSER_PACKAGES: &[(&str, Option<&str>)] = &[("chromium", None)];
+
+/// What the host test tier needs besides the toolchain (a browser for screenshot tests).
+pub fn browser() -> anyhow::Result<()> {
+    apt(BROWSER_PACKAGES)
+}
+
 /// Everything `cargo xtask lab` needs.
 pub fn lab() -> anyhow::Result<()> {
     if !Path::new("/usr/bin/apt-get").exists() {

@@ -50,6 +50,7 @@ fn run() -> anyhow::Result<ExitCode> {
     match Cli::parse().command {
         Command::Bootstrap { lab } => {
             bootstrap::toolchain()?;
+            bootstrap::browser()?;
             if lab {
                 bootstrap::lab()?;
             }

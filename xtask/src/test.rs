@@ -93,6 +93,7 @@ pub fn run(require_lab: bool, host_only: bool) -> anyhow::Result<ExitCode> {
     let require_lab = require_lab || std::env::var("CI").is_ok_and(|v| v == "true");
     bootstrap::toolchain()?;
     bootstrap::workload_deps()?;
+    bootstrap::browser()?;
 
     eprintln!("\n== tier 1/2: host (cargo test --workspace)");
     let host = match cargo()

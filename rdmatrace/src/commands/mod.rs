@@ -1,5 +1,6 @@
 //! One file per subcommand: each wires loader, source, pipeline and sinks for its job.
 pub mod doctor;
+pub mod flamegraph;
 pub mod live;
 pub mod record;
 pub mod replay;

@@ -1,0 +1,180 @@
+//! `rdmatrace flamegraph` on the committed lab recordings: golden folded stacks and SVGs
+//! (inferno with deterministic colours), a differential graph, and the SVG drawn by headless
+//! Chromium to check that frames really appear on screen.
+//! Bless with `INSTA_UPDATE=always cargo test --test flamegraph`.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+const PINGPONG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/lab-pingpong.rdmt"
+);
+const LOSS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/lab-loss.rdmt"
+);
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rdmatrace-flame-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir.join(name)
+}
+
+#[test]
+fn retransmit_folded_golden() {
+    let out = run(&["flamegraph", LOSS, "--kind", "retransmits", "--folded", "-o", "-"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    // The lossy sender's QP carries the blame; the TCP transfer's socket its own.
+    assert!(out
+        .stdout
+        .contains("ib_write_bw [368];rxe0;QPN 0x11;retransmit_timer 7"));
+    insta::assert_snapshot!(out.stdout);
+}
+
+#[test]
+fn retransmit_svg_golden() {
+    let out = run(&["flamegraph", LOSS, "-o", "-"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.starts_with("<?xml"), "{}", &out.stdout[..100.min(out.stdout.len())]);
+    insta::assert_snapshot!(out.stdout);
+}
+
+#[test]
+fn differential_folded_and_svg_golden() {
+    let folded = run(&["flamegraph", LOSS, "--base", PINGPONG, "--folded", "-o", "-"]);
+    assert!(folded.status.success(), "{}", folded.stderr);
+    // Every line: stack BASE THIS.
+    for line in folded.stdout.lines() {
+        let fields: Vec<&str> = line.rsplitn(3, ' ').collect();
+        assert_eq!(fields.len(), 3, "{line}");
+        assert!(fields[0].parse::<u64>().is_ok() && fields[1].parse::<u64>().is_ok(), "{line}");
+    }
+    insta::assert_snapshot!("differential_folded", folded.stdout);
+    let svg = run(&["flamegraph", LOSS, "--base", PINGPONG, "-o", "-"]);
+    assert!(svg.status.success(), "{}", svg.stderr);
+    assert!(svg.stdout.contains("Differential"));
+    insta::assert_snapshot!("differential_svg", svg.stdout);
+}
+
+#[test]
+fn empty_flamegraph_says_why() {
+    let out = run(&["flamegraph", PINGPONG, "-o", "-"]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("no retransmit events"), "{}", out.stderr);
+    let out = run(&["flamegraph", PINGPONG, "--kind", "verbs", "-o", "-"]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("verbs call stacks"), "{}", out.stderr);
+}
+
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|name| std::env::split_paths(&path).map(move |d| d.join(name)))
+        .find(|p| p.is_file())
+}
+
+/// A PNG screenshot of `page` from headless Chromium.
+fn screenshot(browser: &Path, page: &Path, png: &Path) {
+    let profile = tmp("chromium-profile");
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1200,400",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromium");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait chromium") {
+            assert!(status.success(), "chromium exited with {status}");
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium took more than 120 s to screenshot {}", page.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// (pixels, reddish frame pixels, bluish pixels, non-white pixels) of an RGB(A) PNG.
+fn pixel_census(png_path: &Path) -> (usize, usize, usize, usize) {
+    let file = std::fs::File::open(png_path).expect("open png");
+    let mut decoder = png::Decoder::new(std::io::BufReader::new(file));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().expect("png header");
+    let mut buf = vec![0; reader.output_buffer_size().expect("png size")];
+    let info = reader.next_frame(&mut buf).expect("png frame");
+    let channels = info.color_type.samples();
+    assert!(channels >= 3, "expected RGB(A), got {:?}", info.color_type);
+    let (mut total, mut red, mut blue, mut ink) = (0, 0, 0, 0);
+    for px in buf[..info.buffer_size()].chunks_exact(channels) {
+        let (r, g, b) = (px[0] as i32, px[1] as i32, px[2] as i32);
+        total += 1;
+        if r > 150 && r - g > 60 && r - b > 60 {
+            red += 1;
+        }
+        if b > 150 && b - r > 60 {
+            blue += 1;
+        }
+        if r < 230 || g < 230 || b < 230 {
+            ink += 1;
+        }
+    }
+    (total, red, blue, ink)
+}
+
+#[test]
+fn chromium_draws_the_flamegraph_frames() {
+    let Some(browser) = chromium() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("chromium is missing (cargo xtask bootstrap installs it); required under CI");
+        }
+        eprintln!("\n****** SKIPPED chromium_draws_the_flamegraph_frames: no chromium in PATH ******");
+        eprintln!("****** (`cargo xtask test` installs it; apt-get install chromium) ******\n");
+        return;
+    };
+    let svg = tmp("retransmits.svg");
+    let out = run(&["flamegraph", LOSS, "-o", &svg.to_string_lossy()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let png = tmp("retransmits.png");
+    screenshot(&browser, &svg, &png);
+    let (total, red, _, ink) = pixel_census(&png);
+    // Five rows of frames, 16 px high, across most of 1200 px: tens of thousands of red pixels.
+    assert!(red > 20_000, "only {red} of {total} pixels have a frame colour");
+    assert!(ink > red, "text and background are drawn too");
+
+    let diff = tmp("diff.svg");
+    let out = run(&["flamegraph", PINGPONG, "--base", LOSS, "-o", &diff.to_string_lossy()]);
+    // Widths come from the newer recording: PINGPONG has no retransmits, nothing to draw.
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("nothing to draw"), "{}", out.stderr);
+    let out = run(&["flamegraph", LOSS, "--base", PINGPONG, "-o", &diff.to_string_lossy()]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let png = tmp("diff.png");
+    screenshot(&browser, &diff, &png);
+    let (total, red, _, _) = pixel_census(&png);
+    // All of it is new since the base: the leaf frames (where the counts change) are drawn red,
+    // the strongest one over ~800x15 px.
+    assert!(red > 8_000, "differential: only {red} of {total} pixels are red");
+    let _ = std::fs::remove_dir_all(svg.parent().expect("tmp dir"));
+}
