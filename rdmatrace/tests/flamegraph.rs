@@ -30,7 +30,15 @@ fn tmp(name: &str) -> PathBuf {
 
 #[test]
 fn retransmit_folded_golden() {
-    let out = run(&["flamegraph", LOSS, "--kind", "retransmits", "--folded", "-o", "-"]);
+    let out = run(&[
+        "flamegraph",
+        LOSS,
+        "--kind",
+        "retransmits",
+        "--folded",
+        "-o",
+        "-",
+    ]);
     assert!(out.status.success(), "{}", out.stderr);
     // The lossy sender's QP carries the blame; the TCP transfer's socket its own.
     assert!(out
@@ -43,19 +51,34 @@ fn retransmit_folded_golden() {
 fn retransmit_svg_golden() {
     let out = run(&["flamegraph", LOSS, "-o", "-"]);
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(out.stdout.starts_with("<?xml"), "{}", &out.stdout[..100.min(out.stdout.len())]);
+    assert!(
+        out.stdout.starts_with("<?xml"),
+        "{}",
+        &out.stdout[..100.min(out.stdout.len())]
+    );
     insta::assert_snapshot!(out.stdout);
 }
 
 #[test]
 fn differential_folded_and_svg_golden() {
-    let folded = run(&["flamegraph", LOSS, "--base", PINGPONG, "--folded", "-o", "-"]);
+    let folded = run(&[
+        "flamegraph",
+        LOSS,
+        "--base",
+        PINGPONG,
+        "--folded",
+        "-o",
+        "-",
+    ]);
     assert!(folded.status.success(), "{}", folded.stderr);
     // Every line: stack BASE THIS.
     for line in folded.stdout.lines() {
         let fields: Vec<&str> = line.rsplitn(3, ' ').collect();
         assert_eq!(fields.len(), 3, "{line}");
-        assert!(fields[0].parse::<u64>().is_ok() && fields[1].parse::<u64>().is_ok(), "{line}");
+        assert!(
+            fields[0].parse::<u64>().is_ok() && fields[1].parse::<u64>().is_ok(),
+            "{line}"
+        );
     }
     insta::assert_snapshot!("differential_folded", folded.stdout);
     let svg = run(&["flamegraph", LOSS, "--base", PINGPONG, "-o", "-"]);
@@ -68,7 +91,11 @@ fn differential_folded_and_svg_golden() {
 fn empty_flamegraph_says_why() {
     let out = run(&["flamegraph", PINGPONG, "-o", "-"]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("no retransmit events"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no retransmit events"),
+        "{}",
+        out.stderr
+    );
     let out = run(&["flamegraph", PINGPONG, "--kind", "verbs", "-o", "-"]);
     assert!(!out.status.success());
     assert!(out.stderr.contains("verbs call stacks"), "{}", out.stderr);
@@ -110,7 +137,10 @@ fn screenshot(browser: &Path, page: &Path, png: &Path) {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("chromium took more than 120 s to screenshot {}", page.display());
+            panic!(
+                "chromium took more than 120 s to screenshot {}",
+                page.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -149,7 +179,9 @@ fn chromium_draws_the_flamegraph_frames() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("chromium is missing (cargo xtask bootstrap installs it); required under CI");
         }
-        eprintln!("\n****** SKIPPED chromium_draws_the_flamegraph_frames: no chromium in PATH ******");
+        eprintln!(
+            "\n****** SKIPPED chromium_draws_the_flamegraph_frames: no chromium in PATH ******"
+        );
         eprintln!("****** (`cargo xtask test` installs it; apt-get install chromium) ******\n");
         return;
     };
@@ -160,21 +192,41 @@ fn chromium_draws_the_flamegraph_frames() {
     screenshot(&browser, &svg, &png);
     let (total, red, _, ink) = pixel_census(&png);
     // Five rows of frames, 16 px high, across most of 1200 px: tens of thousands of red pixels.
-    assert!(red > 20_000, "only {red} of {total} pixels have a frame colour");
+    assert!(
+        red > 20_000,
+        "only {red} of {total} pixels have a frame colour"
+    );
     assert!(ink > red, "text and background are drawn too");
 
     let diff = tmp("diff.svg");
-    let out = run(&["flamegraph", PINGPONG, "--base", LOSS, "-o", &diff.to_string_lossy()]);
+    let out = run(&[
+        "flamegraph",
+        PINGPONG,
+        "--base",
+        LOSS,
+        "-o",
+        &diff.to_string_lossy(),
+    ]);
     // Widths come from the newer recording: PINGPONG has no retransmits, nothing to draw.
     assert!(!out.status.success(), "{}", out.stderr);
     assert!(out.stderr.contains("nothing to draw"), "{}", out.stderr);
-    let out = run(&["flamegraph", LOSS, "--base", PINGPONG, "-o", &diff.to_string_lossy()]);
+    let out = run(&[
+        "flamegraph",
+        LOSS,
+        "--base",
+        PINGPONG,
+        "-o",
+        &diff.to_string_lossy(),
+    ]);
     assert!(out.status.success(), "{}", out.stderr);
     let png = tmp("diff.png");
     screenshot(&browser, &diff, &png);
     let (total, red, _, _) = pixel_census(&png);
     // All of it is new since the base: the leaf frames (where the counts change) are drawn red,
     // the strongest one over ~800x15 px.
-    assert!(red > 8_000, "differential: only {red} of {total} pixels are red");
+    assert!(
+        red > 8_000,
+        "differential: only {red} of {total} pixels are red"
+    );
     let _ = std::fs::remove_dir_all(svg.parent().expect("tmp dir"));
 }

@@ -117,7 +117,12 @@ fn perfetto(files: &[&str]) -> pb::Trace {
 /// first packet (so the golden file does not depend on the wall clock... it would not anyway:
 /// the fixtures are fixed; relative times are just easier to read).
 fn render(trace: &pb::Trace) -> String {
-    let t0 = trace.packet.iter().filter_map(|p| p.timestamp).min().unwrap_or(0);
+    let t0 = trace
+        .packet
+        .iter()
+        .filter_map(|p| p.timestamp)
+        .min()
+        .unwrap_or(0);
     let mut tracks: BTreeMap<u64, (Option<u64>, String)> = BTreeMap::new();
     let mut out = String::new();
     for p in &trace.packet {
@@ -225,7 +230,10 @@ fn perfetto_loss_decodes_with_tracks_slices_and_counters() {
         "rxe1 QPN 0x11 RC",
         "retransmits/s",
     ] {
-        assert!(names.iter().any(|n| n == want), "no track {want:?} in {names:?}");
+        assert!(
+            names.iter().any(|n| n == want),
+            "no track {want:?} in {names:?}"
+        );
     }
     assert_eq!(
         slices_on(&trace, "rxe0 QPN 0x11 RC"),
@@ -263,7 +271,10 @@ fn perfetto_loss_decodes_with_tracks_slices_and_counters() {
 fn perfetto_pingpong_golden() {
     let trace = perfetto(&[PINGPONG]);
     let text = render(&trace);
-    assert!(text.contains("qp_modify_failed"), "anomaly instant:\n{text}");
+    assert!(
+        text.contains("qp_modify_failed"),
+        "anomaly instant:\n{text}"
+    );
     insta::assert_snapshot!(text);
 }
 

@@ -2,7 +2,11 @@
 //! a flamegraph SVG (inferno) or folded stacks from a recording; with `--base`, a differential
 //! flamegraph of FILE against OTHER. No privileges needed.
 
-use std::{io::Write as _, path::PathBuf, process::ExitCode};
+use std::{
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use anyhow::Context as _;
 
@@ -24,13 +28,16 @@ pub struct FlamegraphConfig {
 }
 
 /// The folded stacks of one recording, and a subtitle naming where it was recorded.
-fn fold(path: &PathBuf, kind: Kind) -> anyhow::Result<(Folded, String)> {
+fn fold(path: &Path, kind: Kind) -> anyhow::Result<(Folded, String)> {
     let replay = Replay::open(path)?;
     let mut folder = flame::folder(kind);
     let replayed = replay.run(|r| folder.push(r));
     replayed.warn(path);
     let h = replay.header();
-    Ok((folder.finish(), format!("host {} (kernel {})", h.hostname, h.kernel)))
+    Ok((
+        folder.finish(),
+        format!("host {} (kernel {})", h.hostname, h.kernel),
+    ))
 }
 
 pub fn run(cfg: &FlamegraphConfig) -> anyhow::Result<ExitCode> {

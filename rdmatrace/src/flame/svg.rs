@@ -38,7 +38,11 @@ fn options<'a>(kind: Kind, subtitle: Option<String>) -> Options<'a> {
 }
 
 /// One flamegraph of `folded`.
-pub fn render(kind: Kind, folded: &Folded, subtitle: Option<String>) -> Result<Vec<u8>, RenderError> {
+pub fn render(
+    kind: Kind,
+    folded: &Folded,
+    subtitle: Option<String>,
+) -> Result<Vec<u8>, RenderError> {
     if folded.is_empty() {
         return Err(RenderError::Empty { what: what(kind) });
     }

@@ -10,7 +10,11 @@ fn retx(owner: u32, comm: &str, qpn: Option<u32>, reason: &'static str) -> Recor
         tid: 0,
         comm: "swapper/1".into(),
         body: Body::Retransmit(Retransmit {
-            transport: if qpn.is_some() { Transport::Rxe } else { Transport::Tcp },
+            transport: if qpn.is_some() {
+                Transport::Rxe
+            } else {
+                Transport::Tcp
+            },
             reason,
             qp: qpn.map(|qpn| QpInfo {
                 key: QpKey {
@@ -71,7 +75,15 @@ fn diff_lines_cover_both_sides() {
 #[test]
 fn svg_is_deterministic_and_names_the_frames() {
     let mut f = Folded::default();
-    f.add(vec!["bw [10]".into(), "rxe0".into(), "QPN 0x11".into(), "retransmit_timer".into()], 7);
+    f.add(
+        vec![
+            "bw [10]".into(),
+            "rxe0".into(),
+            "QPN 0x11".into(),
+            "retransmit_timer".into(),
+        ],
+        7,
+    );
     let a = svg::render(Kind::Retransmits, &f, None).expect("svg");
     let b = svg::render(Kind::Retransmits, &f, None).expect("svg");
     assert_eq!(a, b);

@@ -46,20 +46,28 @@ pub fn to_json(tl: &Timeline) -> Value {
                     }
                     _ => t.name.clone(),
                 };
-                events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                                   "args": {"name": name}}));
-                events.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                                   "args": {"sort_index": sort_index}}));
+                events.push(
+                    json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                                   "args": {"name": name}}),
+                );
+                events.push(
+                    json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                                   "args": {"sort_index": sort_index}}),
+                );
                 sort_index += 1;
             }
             TrackKind::Qp { .. } => {
                 let tid = next_tid.entry(pid).or_insert(0);
                 *tid += 1;
                 ids.insert(t.uuid, (pid, *tid));
-                events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": *tid,
-                                   "args": {"name": t.name}}));
-                events.push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": *tid,
-                                   "args": {"sort_index": *tid}}));
+                events.push(
+                    json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": *tid,
+                                   "args": {"name": t.name}}),
+                );
+                events.push(
+                    json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": *tid,
+                                   "args": {"sort_index": *tid}}),
+                );
             }
             TrackKind::Counter(_) => {
                 ids.insert(t.uuid, (pid, 0));

@@ -102,7 +102,10 @@ pub struct Track {
 #[derive(Clone, Debug, PartialEq)]
 pub enum What {
     /// A span `[wall_ns, wall_ns + dur_ns)` (QP states).
-    Slice { name: String, dur_ns: u64 },
+    Slice {
+        name: String,
+        dur_ns: u64,
+    },
     Instant {
         name: String,
         /// `cm`, `async`, `anomaly`, `process`, `lost`.
@@ -284,24 +287,26 @@ impl TimelineBuilder {
             }
             Body::QpDestroy { qp, ret: 0 } => {
                 let owner = h.owners.remove(&qp.key).unwrap_or(pid);
-                if let Some(q) = h
-                    .procs
-                    .get_mut(&owner)
-                    .and_then(|p| p.qps.get_mut(&qp.key))
-                {
+                if let Some(q) = h.procs.get_mut(&owner).and_then(|p| p.qps.get_mut(&qp.key)) {
                     q.close(wall);
                 }
             }
             Body::ProcessExec { ppid } => {
                 let p = h.procs.entry(pid).or_default();
-                p.instants
-                    .push((wall, instant("exec", "process", vec![("ppid", Arg::UInt((*ppid).into()))])));
+                p.instants.push((
+                    wall,
+                    instant("exec", "process", vec![("ppid", Arg::UInt((*ppid).into()))]),
+                ));
             }
             Body::ProcessExit { exit_code, .. } => {
                 let p = h.procs.entry(pid).or_default();
                 p.instants.push((
                     wall,
-                    instant("exit", "process", vec![("exit_code", Arg::Int((*exit_code).into()))]),
+                    instant(
+                        "exit",
+                        "process",
+                        vec![("exit_code", Arg::Int((*exit_code).into()))],
+                    ),
                 ));
             }
             Body::Retransmit(_) if pid != 0 => {
@@ -324,7 +329,10 @@ impl TimelineBuilder {
                 );
             }
             Body::Cm(c) if pid != 0 => {
-                let mut args: Args = vec![("dev", s(c.dev.clone())), ("cm_id", Arg::UInt(c.cm_id.into()))];
+                let mut args: Args = vec![
+                    ("dev", s(c.dev.clone())),
+                    ("cm_id", Arg::UInt(c.cm_id.into())),
+                ];
                 if c.qpn != 0 {
                     args.push(("qpn", s(format!("{:#x}", c.qpn))));
                 }

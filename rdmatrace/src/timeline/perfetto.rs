@@ -173,12 +173,18 @@ pub fn trace(tl: &Timeline) -> Trace {
                         unit_name: Some(if k.is_bytes() { "bytes/s" } else { "1/s" }.into()),
                     }),
                     None,
-                    Some(format!("{} per second, in 1 s buckets aligned to UTC seconds", k.name())),
+                    Some(format!(
+                        "{} per second, in 1 s buckets aligned to UTC seconds",
+                        k.name()
+                    )),
                 ),
                 TrackKind::Host => (
                     None,
                     Some(ORDERING_EXPLICIT),
-                    Some(format!("recording of {} (kernel {})", host.name, host.kernel)),
+                    Some(format!(
+                        "recording of {} (kernel {})",
+                        host.name, host.kernel
+                    )),
                 ),
                 TrackKind::Process { .. } => (None, Some(ORDERING_EXPLICIT), None),
                 TrackKind::Qp { .. } => (

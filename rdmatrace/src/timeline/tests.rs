@@ -49,7 +49,11 @@ fn slices(tl: &Timeline, track: u64) -> Vec<(u64, String, u64)> {
         .iter()
         .filter(|e| e.track == track)
         .filter_map(|e| match &e.what {
-            What::Slice { name, dur_ns } => Some(((e.wall_ns - T0) / 1_000_000, name.clone(), dur_ns / 1_000_000)),
+            What::Slice { name, dur_ns } => Some((
+                (e.wall_ns - T0) / 1_000_000,
+                name.clone(),
+                dur_ns / 1_000_000,
+            )),
             _ => None,
         })
         .collect()
@@ -66,12 +70,45 @@ fn track_named<'a>(tl: &'a Timeline, name: &str) -> &'a Track {
 fn qp_states_become_back_to_back_slices_until_destroy() {
     let mut b = TimelineBuilder::new();
     let h = b.host("h1", "6.12", 0);
-    b.push(h, &rec(0, 10, "app", Body::QpCreate { qp: qp("rxe0", 0x11), ret: 0 }));
+    b.push(
+        h,
+        &rec(
+            0,
+            10,
+            "app",
+            Body::QpCreate {
+                qp: qp("rxe0", 0x11),
+                ret: 0,
+            },
+        ),
+    );
     b.push(h, &modify(5, 10, 0x11, QpState::Init));
     b.push(h, &modify(7, 10, 0x11, QpState::Rtr));
     b.push(h, &modify(9, 10, 0x11, QpState::Rts));
-    b.push(h, &rec(1000, 10, "app", Body::QpDestroy { qp: qp("rxe0", 0x11), ret: 0 }));
-    b.push(h, &rec(2000, 10, "app", Body::ProcessExit { ppid: 1, exit_code: 0 }));
+    b.push(
+        h,
+        &rec(
+            1000,
+            10,
+            "app",
+            Body::QpDestroy {
+                qp: qp("rxe0", 0x11),
+                ret: 0,
+            },
+        ),
+    );
+    b.push(
+        h,
+        &rec(
+            2000,
+            10,
+            "app",
+            Body::ProcessExit {
+                ppid: 1,
+                exit_code: 0,
+            },
+        ),
+    );
     let tl = b.finish();
     let host = track_named(&tl, "host h1");
     let proc_ = track_named(&tl, "app [10]");
@@ -106,13 +143,35 @@ fn open_qps_end_with_the_recording_and_unknown_qps_start_at_first_modify() {
 fn failed_modifies_do_not_change_state() {
     let mut b = TimelineBuilder::new();
     let h = b.host("h1", "6.12", 0);
-    b.push(h, &rec(0, 10, "app", Body::QpCreate { qp: qp("rxe0", 1), ret: 0 }));
+    b.push(
+        h,
+        &rec(
+            0,
+            10,
+            "app",
+            Body::QpCreate {
+                qp: qp("rxe0", 1),
+                ret: 0,
+            },
+        ),
+    );
     let mut bad = modify(3, 10, 1, QpState::Rts);
     if let Body::QpModify { ret, .. } = &mut bad.body {
         *ret = -22;
     }
     b.push(h, &bad);
-    b.push(h, &rec(10, 10, "app", Body::QpDestroy { qp: qp("rxe0", 1), ret: 0 }));
+    b.push(
+        h,
+        &rec(
+            10,
+            10,
+            "app",
+            Body::QpDestroy {
+                qp: qp("rxe0", 1),
+                ret: 0,
+            },
+        ),
+    );
     let tl = b.finish();
     let q = track_named(&tl, "rxe0 QPN 0x1 RC");
     assert_eq!(slices(&tl, q.uuid), vec![(0, "RESET".into(), 10)]);
@@ -179,7 +238,13 @@ fn counters_are_per_second_rates_that_drop_to_zero() {
     // T0 is a whole second, so buckets start at T0 + k s.
     assert_eq!(
         values("RDMA tx bytes/s"),
-        vec![(0, 1500.0), (1000, 2000.0), (2000, 0.0), (5000, 7.0), (6000, 0.0)]
+        vec![
+            (0, 1500.0),
+            (1000, 2000.0),
+            (2000, 0.0),
+            (5000, 7.0),
+            (6000, 0.0)
+        ]
     );
     assert_eq!(values("retransmits/s"), vec![(0, 2.0), (1000, 0.0)]);
     assert_eq!(values("TCP bytes/s (tx+rx)"), vec![(0, 15.0), (1000, 0.0)]);
@@ -192,7 +257,18 @@ fn counters_are_per_second_rates_that_drop_to_zero() {
 fn cm_and_anomaly_instants_land_on_the_qp_track() {
     let mut b = TimelineBuilder::new();
     let h = b.host("h1", "6.12", 0);
-    b.push(h, &rec(0, 10, "app", Body::QpCreate { qp: qp("rxe0", 0x11), ret: 0 }));
+    b.push(
+        h,
+        &rec(
+            0,
+            10,
+            "app",
+            Body::QpCreate {
+                qp: qp("rxe0", 0x11),
+                ret: 0,
+            },
+        ),
+    );
     b.push(
         h,
         &rec(
@@ -251,8 +327,30 @@ fn hosts_get_their_own_trees_and_unique_uuids() {
     let mut b = TimelineBuilder::new();
     let a = b.host("a", "6.12", 0);
     let c = b.host("b", "6.12", 0);
-    b.push(a, &rec(0, 10, "app", Body::QpCreate { qp: qp("rxe0", 0x11), ret: 0 }));
-    b.push(c, &rec(1, 10, "app", Body::QpCreate { qp: qp("rxe0", 0x11), ret: 0 }));
+    b.push(
+        a,
+        &rec(
+            0,
+            10,
+            "app",
+            Body::QpCreate {
+                qp: qp("rxe0", 0x11),
+                ret: 0,
+            },
+        ),
+    );
+    b.push(
+        c,
+        &rec(
+            1,
+            10,
+            "app",
+            Body::QpCreate {
+                qp: qp("rxe0", 0x11),
+                ret: 0,
+            },
+        ),
+    );
     let tl = b.finish();
     let mut uuids: Vec<u64> = tl.tracks.iter().map(|t| t.uuid).collect();
     uuids.sort_unstable();
@@ -268,18 +366,43 @@ fn hosts_get_their_own_trees_and_unique_uuids() {
         .filter(|e| e["ph"] == "X")
         .filter_map(|e| e["pid"].as_u64())
         .collect();
-    assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![10, (1 << 22) | 10]);
+    assert_eq!(
+        pids.into_iter().collect::<Vec<_>>(),
+        vec![10, (1 << 22) | 10]
+    );
 }
 
 #[test]
 fn perfetto_slices_nest_in_order_on_equal_timestamps() {
     let mut b = TimelineBuilder::new();
     let h = b.host("h1", "6.12", 0);
-    b.push(h, &rec(0, 10, "app", Body::QpCreate { qp: qp("rxe0", 1), ret: 0 }));
+    b.push(
+        h,
+        &rec(
+            0,
+            10,
+            "app",
+            Body::QpCreate {
+                qp: qp("rxe0", 1),
+                ret: 0,
+            },
+        ),
+    );
     // Zero-length INIT, then RTR at the same instant.
     b.push(h, &modify(5, 10, 1, QpState::Init));
     b.push(h, &modify(5, 10, 1, QpState::Rtr));
-    b.push(h, &rec(9, 10, "app", Body::QpDestroy { qp: qp("rxe0", 1), ret: 0 }));
+    b.push(
+        h,
+        &rec(
+            9,
+            10,
+            "app",
+            Body::QpDestroy {
+                qp: qp("rxe0", 1),
+                ret: 0,
+            },
+        ),
+    );
     let tl = b.finish();
     let trace = perfetto::trace(&tl);
     let seq: Vec<(u64, i32, Option<String>)> = trace
@@ -304,6 +427,9 @@ fn perfetto_slices_nest_in_order_on_equal_timestamps() {
         ]
     );
     // Every packet is on a sequence and stamped with the realtime clock.
-    assert!(trace.packet.iter().all(|p| p.trusted_packet_sequence_id == Some(1)
-        && p.timestamp_clock_id == Some(perfetto::CLOCK_REALTIME)));
+    assert!(trace
+        .packet
+        .iter()
+        .all(|p| p.trusted_packet_sequence_id == Some(1)
+            && p.timestamp_clock_id == Some(perfetto::CLOCK_REALTIME)));
 }
