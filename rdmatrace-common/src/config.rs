@@ -114,11 +114,39 @@ pub struct ProbeConfig {
     pub xmit_arg_qp: u32,
     pub xmit_arg_skb: u32,
     pub skb_len: u32,
+
+    // Completions: struct rxe_cq, union rxe_cqe (kernel `ib_wc` / user `ib_uverbs_wc`), and
+    // `rxe_cq_post(cq, cqe, solicited)`; `ib_uverbs_comp_handler(cq, ctx)` needs only ib_cq.
+    pub rxe_cq_ibcq: u32,
+    pub rxe_cq_is_user: u32,
+    pub wc_status: u32,
+    pub wc_opcode: u32,
+    pub wc_vendor_err: u32,
+    pub wc_qp: u32,
+    pub uwc_status: u32,
+    pub uwc_opcode: u32,
+    pub uwc_vendor_err: u32,
+    pub uwc_qp_num: u32,
+    pub cq_post_arg_cq: u32,
+    pub cq_post_arg_cqe: u32,
+    pub comp_arg_cq: u32,
+    // rxe receive path: `rxe_resp_queue_pkt(qp, skb)` / `rxe_comp_queue_pkt(qp, skb)`.
+    pub rcv_arg_qp: u32,
+    pub rcv_arg_skb: u32,
+    // MR access flags: the `access` argument of the drivers' reg_user_mr.
+    pub rxe_mr_arg_access: u32,
+    pub mlx5_mr_arg_access: u32,
+    // mlx5_ib: `mlx5_ib_qp_event(mqp, type)`; the ib_qp is found from the embedded core QP.
+    pub mlx5_qp_mqp: u32,
+    pub mlx5_qp_ibqp: u32,
+    pub mlx5_event_arg_qp: u32,
+    pub mlx5_event_arg_type: u32,
+    pub _pad: u32,
 }
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 22 * 4);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -199,6 +227,28 @@ impl ProbeConfig {
             xmit_arg_qp: U,
             xmit_arg_skb: U,
             skb_len: U,
+            rxe_cq_ibcq: U,
+            rxe_cq_is_user: U,
+            wc_status: U,
+            wc_opcode: U,
+            wc_vendor_err: U,
+            wc_qp: U,
+            uwc_status: U,
+            uwc_opcode: U,
+            uwc_vendor_err: U,
+            uwc_qp_num: U,
+            cq_post_arg_cq: U,
+            cq_post_arg_cqe: U,
+            comp_arg_cq: U,
+            rcv_arg_qp: U,
+            rcv_arg_skb: U,
+            rxe_mr_arg_access: U,
+            mlx5_mr_arg_access: U,
+            mlx5_qp_mqp: U,
+            mlx5_qp_ibqp: U,
+            mlx5_event_arg_qp: U,
+            mlx5_event_arg_type: U,
+            _pad: 0,
         }
     }
 }

@@ -20,16 +20,19 @@ pub enum EventKind {
     ResourceDel = 8,
     AsyncEvent = 9,
     CmEvent = 10,
+    TcpState = 11,
+    WcError = 12,
     /// Samples made by user space from kernel aggregates and sysfs (same wire format, so they
     /// flow and record like every other event).
     TcpBytes = 100,
     QpTraffic = 101,
     Counter = 102,
+    CqNotify = 103,
 }
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
@@ -40,9 +43,12 @@ impl EventKind {
         EventKind::ResourceDel,
         EventKind::AsyncEvent,
         EventKind::CmEvent,
+        EventKind::TcpState,
+        EventKind::WcError,
         EventKind::TcpBytes,
         EventKind::QpTraffic,
         EventKind::Counter,
+        EventKind::CqNotify,
     ];
 
     pub const fn from_raw(raw: u32) -> Option<EventKind> {
@@ -57,9 +63,12 @@ impl EventKind {
             8 => Some(EventKind::ResourceDel),
             9 => Some(EventKind::AsyncEvent),
             10 => Some(EventKind::CmEvent),
+            11 => Some(EventKind::TcpState),
+            12 => Some(EventKind::WcError),
             100 => Some(EventKind::TcpBytes),
             101 => Some(EventKind::QpTraffic),
             102 => Some(EventKind::Counter),
+            103 => Some(EventKind::CqNotify),
             _ => None,
         }
     }
@@ -205,7 +214,15 @@ pub struct RetransmitEvent {
     pub reason: u32,
     /// `owner.pid == 0`: unknown in the kernel (user space may still know the QP's owner).
     pub owner: Owner,
-    /// AF_INET (2) or AF_INET6 (10) for TCP.
+    /// TCP only.
+    pub tcp: TcpTuple,
+}
+
+/// A TCP socket's addresses and state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpTuple {
+    /// AF_INET (2) or AF_INET6 (10).
     pub family: u16,
     /// TCP state (`TCP_ESTABLISHED` = 1, ...).
     pub state: u16,
@@ -216,6 +233,63 @@ pub struct RetransmitEvent {
     pub saddr: [u8; GID_LEN],
     pub daddr: [u8; GID_LEN],
 }
+const _: () = assert!(core::mem::size_of::<TcpTuple>() == 40);
+
+/// A TCP socket changed state (`inet_sock_set_state`); `tcp.state` is the new state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpStateEvent {
+    pub header: EventHeader,
+    /// The socket's owner when known (it connected or sent), else pid 0.
+    pub owner: Owner,
+    pub tcp: TcpTuple,
+    pub oldstate: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<TcpStateEvent>() == 40 + 24 + 40 + 8);
+
+/// A work completion with an error status (rxe: `rxe_cq_post`). Posted from the driver's
+/// tasklet or work item: the owner is the CQ's, from its tracker entry.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WcErrorEvent {
+    pub header: EventHeader,
+    /// Device, and the QPN the completion belongs to (`qp_type` 0: not known here).
+    pub qp: QpIdent,
+    /// The CQ's tracker id (cqn).
+    pub cqn: u32,
+    /// `enum ib_wc_status` (never 0 = success here).
+    pub status: u32,
+    /// `enum ib_wc_opcode`.
+    pub opcode: u32,
+    pub vendor_err: u32,
+    pub owner_pid: u32,
+    pub _pad: u32,
+    pub owner_comm: [u8; COMM_LEN],
+}
+const _: () = assert!(core::mem::size_of::<WcErrorEvent>() == 40 + 72 + 24 + 16);
+
+/// Completion-channel notifications of one CQ (`ib_uverbs_comp_handler`), counted in the kernel
+/// (busy CQs notify at packet rates); totals in the map, deltas in a [`CqNotifySample`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqNotify {
+    pub dev: [u8; DEV_NAME_LEN],
+    /// The CQ's tracker id (cqn).
+    pub cqn: u32,
+    pub owner_pid: u32,
+    pub owner_comm: [u8; COMM_LEN],
+    pub count: u64,
+}
+const _: () = assert!(core::mem::size_of::<CqNotify>() == 96);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqNotifySample {
+    pub header: EventHeader,
+    pub notify: CqNotify,
+}
+const _: () = assert!(core::mem::size_of::<CqNotifySample>() == 136);
 const _: () = assert!(core::mem::size_of::<RetransmitEvent>() == 40 + 72 + 8 + 24 + 8 + 32);
 
 /// An RDMA object (CQ, MR, SRQ, PD, device context, CM id, counter) was added to or removed from
@@ -243,8 +317,14 @@ pub struct ResourceEvent {
     pub length: u64,
     pub iova: u64,
     pub owner_comm: [u8; COMM_LEN],
+    /// MR: `enum ib_access_flags` given to the driver's reg_user_mr (0: not seen).
+    /// Appended in format 1.1: older recordings decode it as 0.
+    pub access: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<ResourceEvent>() == 40 + 64 + 32 + 16 + 16);
+const _: () = assert!(core::mem::size_of::<ResourceEvent>() == 40 + 64 + 32 + 16 + 16 + 8);
+/// Size of [`ResourceEvent`] before `access` was appended.
+pub const RESOURCE_EVENT_V1: usize = 168;
 
 /// What an [`AsyncEvent`] is about.
 pub mod element {
@@ -266,7 +346,17 @@ pub struct AsyncEvent {
     pub element: u32,
     /// CQ / SRQ tracker id, or the port number.
     pub element_id: u32,
-    pub _pad: u32,
+    /// One of [`async_source`]: who saw the event.
+    pub source: u32,
+}
+
+/// [`AsyncEvent::source`].
+pub mod async_source {
+    /// ib_uverbs' handlers: the event reached a user process; `event_type` is `enum ib_event_type`.
+    pub const UVERBS: u32 = 0;
+    /// mlx5_ib's `mlx5_ib_qp_event`: the hardware event as the driver got it (kernel QPs too);
+    /// `event_type` is the mlx5 event type.
+    pub const MLX5: u32 = 1;
 }
 const _: () = assert!(core::mem::size_of::<AsyncEvent>() == 40 + 72 + 16);
 
@@ -319,7 +409,7 @@ pub struct TcpBytesSample {
 }
 const _: () = assert!(core::mem::size_of::<TcpBytesSample>() == 88);
 
-/// Packets and bytes a QP sent (rxe: `rxe_xmit_packet`), keyed in the kernel by the QP's
+/// Packets and bytes a QP sent (rxe: `rxe_xmit_packet`) and received, keyed in the kernel by the QP's
 /// address; totals in the map, deltas in a [`QpTrafficSample`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,8 +417,11 @@ pub struct QpTraffic {
     pub qp: QpIdent,
     pub tx_packets: u64,
     pub tx_bytes: u64,
+    /// Received (rxe: `rxe_resp_queue_pkt` / `rxe_comp_queue_pkt`). Appended in format 1.1.
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
 }
-const _: () = assert!(core::mem::size_of::<QpTraffic>() == 88);
+const _: () = assert!(core::mem::size_of::<QpTraffic>() == 104);
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -336,7 +429,9 @@ pub struct QpTrafficSample {
     pub header: EventHeader,
     pub traffic: QpTraffic,
 }
-const _: () = assert!(core::mem::size_of::<QpTrafficSample>() == 128);
+const _: () = assert!(core::mem::size_of::<QpTrafficSample>() == 144);
+/// Size of [`QpTrafficSample`] before the receive counters were appended.
+pub const QP_TRAFFIC_SAMPLE_V1: usize = 128;
 
 /// Longest counter file name kept.
 pub const COUNTER_NAME_LEN: usize = 48;
@@ -419,4 +514,14 @@ mod pod {
     unsafe impl aya::Pod for QpTrafficSample {}
     // SAFETY: as above.
     unsafe impl aya::Pod for CounterSample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for TcpTuple {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for TcpStateEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for WcErrorEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for CqNotify {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for CqNotifySample {}
 }

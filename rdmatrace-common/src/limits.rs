@@ -21,3 +21,6 @@ pub const MAX_SOCKETS: u32 = 16384;
 pub const MAX_PROCESSES: u32 = 8192;
 /// QPs whose traffic is summed at once.
 pub const MAX_QPS: u32 = 16384;
+
+/// CQs whose completion notifications are counted at once (LRU beyond that).
+pub const MAX_CQS: u32 = 16384;

@@ -6,8 +6,10 @@ use aya_ebpf::{
 };
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{Owner, QpDestroyEvent, QpModifyEvent, QpTraffic, TcpBytes},
-    limits::{MAX_INFLIGHT, MAX_PROCESSES, MAX_QPS, MAX_SOCKETS, MAX_TRACED, RINGBUF_BYTES},
+    event::{CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpTraffic, TcpBytes},
+    limits::{
+        MAX_CQS, MAX_INFLIGHT, MAX_PROCESSES, MAX_QPS, MAX_SOCKETS, MAX_TRACED, RINGBUF_BYTES,
+    },
 };
 
 /// Every event goes here. User space may resize it before load (`--ringbuf-size`).
@@ -60,3 +62,14 @@ pub static TCP_BYTES: LruPerCpuHashMap<u32, TcpBytes> =
 #[map]
 pub static QP_TRAFFIC: LruPerCpuHashMap<u64, QpTraffic> =
     LruPerCpuHashMap::with_max_entries(MAX_QPS, 0);
+
+/// Per-CQ completion-channel notification counts, per CPU (keyed by `struct ib_cq *`).
+#[map]
+pub static CQ_NOTIFY: LruPerCpuHashMap<u64, CqNotify> =
+    LruPerCpuHashMap::with_max_entries(MAX_CQS, 0);
+
+/// The `access` argument of a driver's reg_user_mr by pid_tgid, until ib_uverbs adds the new MR
+/// to the resource tracker (same task, right after the driver returns). LRU: a failed
+/// registration leaves an entry that simply ages out.
+#[map]
+pub static PENDING_MR_ACCESS: LruHashMap<u64, u32> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);

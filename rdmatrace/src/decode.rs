@@ -3,17 +3,20 @@
 use std::mem::size_of;
 
 use rdmatrace_common::event::{
-    attr_mask as mask, element, reason, transport, AsyncEvent as RawAsync, CmEvent as RawCm,
-    CounterSample, EventHeader, EventKind, ProcessEvent, QpCreateEvent, QpDestroyEvent, QpIdent,
-    QpModifyEvent, QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, STATE_UNKNOWN,
+    async_source, attr_mask as mask, element, reason, transport, AsyncEvent as RawAsync,
+    CmEvent as RawCm, CounterSample, CqNotifySample, EventHeader, EventKind, ProcessEvent,
+    QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpTrafficSample, ResourceEvent,
+    RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp, WcErrorEvent,
+    QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
 };
 
 use crate::{
     clock::ClockAnchor,
     event::{
-        cm_event_name, ib_event_name, AsyncElement, AsyncEvent, Body, CmEvent, CounterDelta,
-        ModifyAttrs, QpInfo, QpKey, QpState, QpTrafficDelta, Record, ResType, Resource, Retransmit,
-        TcpBytesDelta, TcpTuple, Transport,
+        cm_event_name, ib_event_name, mlx5_event_name, wc_opcode_name, wc_status_name,
+        AsyncElement, AsyncEvent, Body, CmEvent, CounterDelta, CqNotifyDelta, ModifyAttrs, MrInfo,
+        QpInfo, QpKey, QpState, QpTrafficDelta, Record, ResType, Resource, Retransmit,
+        TcpBytesDelta, TcpState, TcpTuple, Transport, WcError,
     },
 };
 
@@ -33,12 +36,29 @@ pub enum DecodeError {
 
 /// Copies a `T` out of the front of `bytes` (which need not be aligned).
 fn read<T: aya::Pod>(bytes: &[u8], kind: EventKind) -> Result<T, DecodeError> {
-    if bytes.len() < size_of::<T>() {
+    read_grown(bytes, kind, size_of::<T>())
+}
+
+/// Like [`read`] for a struct that grew by appended fields: a record of at least `min_len`
+/// bytes (the struct's first published size) is accepted, the missing tail reads as zeros.
+fn read_grown<T: aya::Pod>(
+    bytes: &[u8],
+    kind: EventKind,
+    min_len: usize,
+) -> Result<T, DecodeError> {
+    if bytes.len() < min_len {
         return Err(DecodeError::Short {
             kind,
             len: bytes.len(),
-            need: size_of::<T>(),
+            need: min_len,
         });
+    }
+    if bytes.len() < size_of::<T>() {
+        let mut full = vec![0u8; size_of::<T>()];
+        full[..bytes.len()].copy_from_slice(bytes);
+        // SAFETY: `full` holds exactly size_of::<T>() bytes and T is Pod (any bit pattern
+        // valid); read_unaligned copes with the buffer's alignment.
+        return Ok(unsafe { std::ptr::read_unaligned(full.as_ptr().cast::<T>()) });
     }
     // SAFETY: the length is checked above and T is Pod (any bit pattern valid);
     // read_unaligned copes with the buffer's alignment.
@@ -116,14 +136,7 @@ fn retransmit(ev: &RetransmitEvent) -> Body {
         _ => "unknown",
     };
     let (qp, tcp) = if transport == Transport::Tcp {
-        let t = TcpTuple {
-            saddr: ip(ev.family, &ev.saddr),
-            sport: ev.sport,
-            daddr: ip(ev.family, &ev.daddr),
-            dport: ev.dport,
-            state: ev.state,
-        };
-        (None, Some(t))
+        (None, Some(tcp_tuple(&ev.tcp)))
     } else {
         (Some(qp_info(&ev.qp)), None)
     };
@@ -134,6 +147,31 @@ fn retransmit(ev: &RetransmitEvent) -> Body {
         tcp,
         owner_pid: ev.owner.pid,
         owner_comm: c_str(&ev.owner.comm),
+    })
+}
+
+fn tcp_tuple(t: &RawTcp) -> TcpTuple {
+    TcpTuple {
+        saddr: ip(t.family, &t.saddr),
+        sport: t.sport,
+        daddr: ip(t.family, &t.daddr),
+        dport: t.dport,
+        state: t.state,
+    }
+}
+
+fn wc_error(ev: &WcErrorEvent) -> Body {
+    Body::WcError(WcError {
+        qp: QpKey {
+            dev: c_str(&ev.qp.dev),
+            qpn: ev.qp.qpn,
+        },
+        cqn: ev.cqn,
+        status: wc_status_name(ev.status),
+        opcode: wc_opcode_name(ev.opcode),
+        vendor_err: ev.vendor_err,
+        owner_pid: ev.owner_pid,
+        owner_comm: c_str(&ev.owner_comm),
     })
 }
 
@@ -148,7 +186,13 @@ fn resource(ev: &ResourceEvent, added: bool) -> Body {
         owner_comm: c_str(&ev.owner_comm),
         user: ev.user != 0,
         cq: (res_type == ResType::Cq).then_some((ev.cqe, ev.comp_vector)),
-        mr: (res_type == ResType::Mr).then_some((ev.lkey, ev.rkey, ev.length, ev.iova)),
+        mr: (res_type == ResType::Mr).then_some(MrInfo {
+            lkey: ev.lkey,
+            rkey: ev.rkey,
+            length: ev.length,
+            iova: ev.iova,
+            access: (added && ev.access != 0).then_some(ev.access),
+        }),
     })
 }
 
@@ -165,8 +209,17 @@ fn async_event(ev: &RawAsync) -> Body {
     };
     Body::Async(AsyncEvent {
         dev,
-        event: ib_event_name(ev.event_type),
+        event: if ev.source == async_source::MLX5 {
+            mlx5_event_name(ev.event_type)
+        } else {
+            ib_event_name(ev.event_type)
+        },
         element,
+        source: if ev.source == async_source::MLX5 {
+            "mlx5"
+        } else {
+            "uverbs"
+        },
         owner_pid: 0,
         owner_comm: String::new(),
     })
@@ -254,7 +307,7 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
             (ev.header, retransmit(&ev))
         }
         EventKind::ResourceAdd | EventKind::ResourceDel => {
-            let ev: ResourceEvent = read(bytes, kind)?;
+            let ev: ResourceEvent = read_grown(bytes, kind, RESOURCE_EVENT_V1)?;
             (ev.header, resource(&ev, kind == EventKind::ResourceAdd))
         }
         EventKind::AsyncEvent => {
@@ -277,13 +330,41 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
             (ev.header, body)
         }
         EventKind::QpTraffic => {
-            let ev: QpTrafficSample = read(bytes, kind)?;
+            let ev: QpTrafficSample = read_grown(bytes, kind, QP_TRAFFIC_SAMPLE_V1)?;
             let body = Body::QpTraffic(QpTrafficDelta {
                 qp: qp_info(&ev.traffic.qp),
                 tx_packets: ev.traffic.tx_packets,
                 tx_bytes: ev.traffic.tx_bytes,
+                rx_packets: ev.traffic.rx_packets,
+                rx_bytes: ev.traffic.rx_bytes,
                 owner_pid: 0,
                 owner_comm: String::new(),
+            });
+            (ev.header, body)
+        }
+        EventKind::TcpState => {
+            let ev: TcpStateEvent = read(bytes, kind)?;
+            let body = Body::TcpState(TcpState {
+                tcp: tcp_tuple(&ev.tcp),
+                old_state: ev.oldstate as u16,
+                owner_pid: ev.owner.pid,
+                owner_comm: c_str(&ev.owner.comm),
+            });
+            (ev.header, body)
+        }
+        EventKind::WcError => {
+            let ev: WcErrorEvent = read(bytes, kind)?;
+            (ev.header, wc_error(&ev))
+        }
+        EventKind::CqNotify => {
+            let ev: CqNotifySample = read(bytes, kind)?;
+            let n = ev.notify;
+            let body = Body::CqNotify(CqNotifyDelta {
+                dev: c_str(&n.dev),
+                cqn: n.cqn,
+                count: n.count,
+                owner_pid: n.owner_pid,
+                owner_comm: c_str(&n.owner_comm),
             });
             (ev.header, body)
         }

@@ -221,8 +221,119 @@ pub struct Resource {
     pub user: bool,
     /// CQ: (cqe, comp_vector).
     pub cq: Option<(u32, u32)>,
-    /// MR: (lkey, rkey, length, iova).
-    pub mr: Option<(u32, u32, u64, u64)>,
+    pub mr: Option<MrInfo>,
+}
+
+/// An MR's keys and extent, and the access it was registered with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MrInfo {
+    pub lkey: u32,
+    pub rkey: u32,
+    pub length: u64,
+    pub iova: u64,
+    /// `enum ib_access_flags`; `None` where the driver's registration was not seen (deregistration,
+    /// a driver without an access probe, older recordings).
+    pub access: Option<u32>,
+}
+
+/// `enum ib_access_flags` as names (`LOCAL_WRITE|REMOTE_READ`), unknown bits in hex.
+pub fn access_names(flags: u32) -> String {
+    const NAMES: [(u32, &str); 9] = [
+        (1, "LOCAL_WRITE"),
+        (1 << 1, "REMOTE_WRITE"),
+        (1 << 2, "REMOTE_READ"),
+        (1 << 3, "REMOTE_ATOMIC"),
+        (1 << 4, "MW_BIND"),
+        (1 << 5, "ZERO_BASED"),
+        (1 << 6, "ON_DEMAND"),
+        (1 << 7, "HUGETLB"),
+        (1 << 8, "RELAXED_ORDERING"),
+    ];
+    let mut parts: Vec<String> = NAMES
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|(_, n)| (*n).to_string())
+        .collect();
+    let known: u32 = NAMES.iter().map(|(b, _)| b).sum();
+    if flags & !known != 0 {
+        parts.push(format!("{:#x}", flags & !known));
+    }
+    if parts.is_empty() {
+        "LOCAL_READ".into()
+    } else {
+        parts.join("|")
+    }
+}
+
+/// `enum ib_wc_status` names.
+pub fn wc_status_name(raw: u32) -> String {
+    const NAMES: [&str; 22] = [
+        "SUCCESS",
+        "LOC_LEN_ERR",
+        "LOC_QP_OP_ERR",
+        "LOC_EEC_OP_ERR",
+        "LOC_PROT_ERR",
+        "WR_FLUSH_ERR",
+        "MW_BIND_ERR",
+        "BAD_RESP_ERR",
+        "LOC_ACCESS_ERR",
+        "REM_INV_REQ_ERR",
+        "REM_ACCESS_ERR",
+        "REM_OP_ERR",
+        "RETRY_EXC_ERR",
+        "RNR_RETRY_EXC_ERR",
+        "LOC_RDD_VIOL_ERR",
+        "REM_INV_RD_REQ_ERR",
+        "REM_ABORT_ERR",
+        "INV_EECN_ERR",
+        "INV_EEC_STATE_ERR",
+        "FATAL_ERR",
+        "RESP_TIMEOUT_ERR",
+        "GENERAL_ERR",
+    ];
+    NAMES
+        .get(raw as usize)
+        .map_or_else(|| format!("WC_STATUS_{raw}"), |s| (*s).to_string())
+}
+
+/// `enum ib_wc_opcode` names (receive opcodes from 128).
+pub fn wc_opcode_name(raw: u32) -> String {
+    let name = match raw {
+        0 => "SEND",
+        1 => "RDMA_WRITE",
+        2 => "RDMA_READ",
+        3 => "COMP_SWAP",
+        4 => "FETCH_ADD",
+        5 => "BIND_MW",
+        6 => "LOCAL_INV",
+        7 => "LSO",
+        8 => "ATOMIC_WRITE",
+        9 => "REG_MR",
+        10 => "MASKED_COMP_SWAP",
+        11 => "MASKED_FETCH_ADD",
+        12 => "FLUSH",
+        128 => "RECV",
+        129 => "RECV_RDMA_WITH_IMM",
+        n => return format!("OPCODE_{n}"),
+    };
+    name.into()
+}
+
+/// mlx5 hardware QP event types (`enum mlx5_event`) under the `ib_event_type` name mlx5_ib
+/// translates them to.
+pub fn mlx5_event_name(raw: u32) -> String {
+    let name = match raw {
+        0x01 => "PATH_MIG",
+        0x02 => "COMM_EST",
+        0x03 => "SQ_DRAINED",
+        0x05 => "QP_FATAL",
+        0x07 => "PATH_MIG_ERR",
+        0x10 => "QP_REQ_ERR",
+        0x11 => "QP_ACCESS_ERR",
+        0x13 => "QP_LAST_WQE_REACHED",
+        n => return format!("MLX5_EVENT_{n:#x}"),
+    };
+    name.into()
 }
 
 /// `enum ib_event_type` names.
@@ -293,6 +404,8 @@ pub struct AsyncEvent {
     pub dev: String,
     pub event: String,
     pub element: AsyncElement,
+    /// Who reported it: `uverbs` (delivered to the process) or `mlx5` (the driver's view).
+    pub source: &'static str,
     /// The owner of the QP, when the correlator knows it.
     pub owner_pid: u32,
     pub owner_comm: String,
@@ -321,13 +434,70 @@ pub struct TcpBytesDelta {
     pub rx_calls: u64,
 }
 
-/// Packets and bytes a QP sent since the previous sample.
+/// Packets and bytes a QP sent and received since the previous sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QpTrafficDelta {
     pub qp: QpInfo,
     pub tx_packets: u64,
     pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
     /// The QP's owner, from the correlator.
+    pub owner_pid: u32,
+    pub owner_comm: String,
+}
+
+/// A TCP socket changed state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpState {
+    /// `tcp.state` is the new state.
+    pub tcp: TcpTuple,
+    pub old_state: u16,
+    /// The socket's owner (0 when not known yet: e.g. a passive open before the first send).
+    pub owner_pid: u32,
+    pub owner_comm: String,
+}
+
+/// `enum tcp_state` names.
+pub fn tcp_state_name(raw: u16) -> String {
+    const NAMES: [&str; 13] = [
+        "UNKNOWN",
+        "ESTABLISHED",
+        "SYN_SENT",
+        "SYN_RECV",
+        "FIN_WAIT1",
+        "FIN_WAIT2",
+        "TIME_WAIT",
+        "CLOSE",
+        "CLOSE_WAIT",
+        "LAST_ACK",
+        "LISTEN",
+        "CLOSING",
+        "NEW_SYN_RECV",
+    ];
+    NAMES
+        .get(raw as usize)
+        .map_or_else(|| format!("STATE_{raw}"), |s| (*s).to_string())
+}
+
+/// A work completion with an error status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WcError {
+    pub qp: QpKey,
+    pub cqn: u32,
+    pub status: String,
+    pub opcode: String,
+    pub vendor_err: u32,
+    pub owner_pid: u32,
+    pub owner_comm: String,
+}
+
+/// Completion-channel notifications of one CQ since the previous sample.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CqNotifyDelta {
+    pub dev: String,
+    pub cqn: u32,
+    pub count: u64,
     pub owner_pid: u32,
     pub owner_comm: String,
 }
@@ -373,6 +543,9 @@ pub enum Body {
     TcpBytes(TcpBytesDelta),
     QpTraffic(QpTrafficDelta),
     Counter(CounterDelta),
+    TcpState(TcpState),
+    WcError(WcError),
+    CqNotify(CqNotifyDelta),
     /// Events the kernel could not deliver (ring buffer full) since the previous report.
     Lost {
         count: u64,
@@ -402,6 +575,9 @@ impl Body {
             Body::QpTraffic(_) => "qp_traffic",
             Body::Counter(_) => "counter",
             Body::Cm(_) => "cm_event",
+            Body::TcpState(_) => "tcp_state",
+            Body::WcError(_) => "wc_error",
+            Body::CqNotify(_) => "cq_event",
             Body::Lost { .. } => "lost",
         }
     }
@@ -439,6 +615,8 @@ impl Record {
             Body::Async(a) => Some(&a.dev),
             Body::Cm(c) if !c.dev.is_empty() => Some(&c.dev),
             Body::Counter(c) => Some(&c.dev),
+            Body::WcError(w) => Some(&w.qp.dev),
+            Body::CqNotify(n) => Some(&n.dev),
             b => b.qp().map(|q| q.key.dev.as_str()),
         }
     }
@@ -451,6 +629,7 @@ impl Record {
                 ..
             }) => Some(k.qpn),
             Body::Cm(c) if c.qpn != 0 => Some(c.qpn),
+            Body::WcError(w) if w.qp.qpn != 0 => Some(w.qp.qpn),
             b => b.qp().map(|q| q.key.qpn),
         }
     }
@@ -464,6 +643,9 @@ impl Record {
             Body::Async(a) if a.owner_pid != 0 => a.owner_pid,
             Body::Cm(c) if c.owner_pid != 0 => c.owner_pid,
             Body::QpTraffic(t) if t.owner_pid != 0 => t.owner_pid,
+            Body::TcpState(t) if t.owner_pid != 0 => t.owner_pid,
+            Body::WcError(w) if w.owner_pid != 0 => w.owner_pid,
+            Body::CqNotify(n) if n.owner_pid != 0 => n.owner_pid,
             _ => self.pid,
         }
     }
@@ -475,6 +657,9 @@ impl Record {
             Body::Async(a) if a.owner_pid != 0 => &a.owner_comm,
             Body::Cm(c) if c.owner_pid != 0 => &c.owner_comm,
             Body::QpTraffic(t) if t.owner_pid != 0 => &t.owner_comm,
+            Body::TcpState(t) if t.owner_pid != 0 => &t.owner_comm,
+            Body::WcError(w) if w.owner_pid != 0 => &w.owner_comm,
+            Body::CqNotify(n) if n.owner_pid != 0 => &n.owner_comm,
             _ => &self.comm,
         }
     }

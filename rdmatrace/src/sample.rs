@@ -11,8 +11,8 @@ use std::{
 use aya::maps::{MapData, PerCpuHashMap};
 use rdmatrace_common::{
     event::{
-        CounterSample, EventHeader, EventKind, QpTraffic, QpTrafficSample, TcpBytes,
-        TcpBytesSample, COUNTER_NAME_LEN,
+        CounterSample, CqNotify, CqNotifySample, EventHeader, EventKind, QpTraffic,
+        QpTrafficSample, TcpBytes, TcpBytesSample, COUNTER_NAME_LEN,
     },
     limits::DEV_NAME_LEN,
 };
@@ -94,9 +94,11 @@ fn read_counters(root: &Path) -> Vec<(CounterKey, u64)> {
 pub struct Sampler {
     tcp: Option<PerCpuHashMap<MapData, u32, TcpBytes>>,
     qps: Option<PerCpuHashMap<MapData, u64, QpTraffic>>,
+    cqs: Option<PerCpuHashMap<MapData, u64, CqNotify>>,
     counters_root: Option<PathBuf>,
     prev_tcp: HashMap<u32, TcpBytes>,
     prev_qp: HashMap<u64, QpTraffic>,
+    prev_cq: HashMap<u64, CqNotify>,
     prev_counters: HashMap<CounterKey, u64>,
 }
 
@@ -119,17 +121,37 @@ fn sum_qp(per_cpu: impl Iterator<Item = QpTraffic>) -> Option<QpTraffic> {
     let newest = all
         .iter()
         .filter(|t| t.qp.qpn != 0)
-        .max_by_key(|t| t.tx_packets)?
+        .max_by_key(|t| t.tx_packets + t.rx_packets)?
         .qp;
     let mut total = QpTraffic {
         qp: newest,
         tx_packets: 0,
         tx_bytes: 0,
+        rx_packets: 0,
+        rx_bytes: 0,
     };
     for t in all.iter().filter(|t| t.qp == newest) {
         total.tx_packets += t.tx_packets;
         total.tx_bytes += t.tx_bytes;
+        total.rx_packets += t.rx_packets;
+        total.rx_bytes += t.rx_bytes;
     }
+    Some(total)
+}
+
+fn sum_cq(per_cpu: impl Iterator<Item = CqNotify>) -> Option<CqNotify> {
+    // As for QPs: a CPU may still hold an older CQ that lived at the same address.
+    let all: Vec<CqNotify> = per_cpu.collect();
+    let newest = all
+        .iter()
+        .filter(|n| n.count != 0)
+        .max_by_key(|n| n.count)?;
+    let mut total = *newest;
+    total.count = all
+        .iter()
+        .filter(|n| n.cqn == newest.cqn && n.dev == newest.dev)
+        .map(|n| n.count)
+        .sum();
     Some(total)
 }
 
@@ -145,12 +167,18 @@ impl Sampler {
             .ebpf
             .take_map("QP_TRAFFIC")
             .and_then(|m| PerCpuHashMap::try_from(m).ok());
+        let cqs = tracer
+            .ebpf
+            .take_map("CQ_NOTIFY")
+            .and_then(|m| PerCpuHashMap::try_from(m).ok());
         let mut s = Sampler {
             tcp,
             qps,
+            cqs,
             counters_root,
             prev_tcp: HashMap::new(),
             prev_qp: HashMap::new(),
+            prev_cq: HashMap::new(),
             prev_counters: HashMap::new(),
         };
         // Baselines: report what happens from now on, not since boot.
@@ -195,16 +223,43 @@ impl Sampler {
                     continue;
                 };
                 let prev = self.prev_qp.insert(key, total).filter(|p| p.qp == total.qp);
-                let (p0, b0) = prev.map_or((0, 0), |p| (p.tx_packets, p.tx_bytes));
+                let p = prev.unwrap_or(QpTraffic {
+                    qp: total.qp,
+                    tx_packets: 0,
+                    tx_bytes: 0,
+                    rx_packets: 0,
+                    rx_bytes: 0,
+                });
                 let delta = QpTraffic {
                     qp: total.qp,
-                    tx_packets: total.tx_packets.saturating_sub(p0),
-                    tx_bytes: total.tx_bytes.saturating_sub(b0),
+                    tx_packets: total.tx_packets.saturating_sub(p.tx_packets),
+                    tx_bytes: total.tx_bytes.saturating_sub(p.tx_bytes),
+                    rx_packets: total.rx_packets.saturating_sub(p.rx_packets),
+                    rx_bytes: total.rx_bytes.saturating_sub(p.rx_bytes),
                 };
-                if ts_ns != 0 && delta.tx_packets != 0 {
+                if ts_ns != 0 && (delta.tx_packets | delta.rx_packets) != 0 {
                     out.push(pod_bytes(&QpTrafficSample {
                         header: header(EventKind::QpTraffic, ts_ns, 0, [0; 16]),
                         traffic: delta,
+                    }));
+                }
+            }
+        }
+        if let Some(map) = &self.cqs {
+            for (key, per_cpu) in map.iter().filter_map(Result::ok) {
+                let Some(total) = sum_cq(per_cpu.iter().copied()) else {
+                    continue;
+                };
+                let prev = self
+                    .prev_cq
+                    .insert(key, total)
+                    .filter(|p| p.cqn == total.cqn && p.dev == total.dev);
+                let mut delta = total;
+                delta.count = total.count.saturating_sub(prev.map_or(0, |p| p.count));
+                if ts_ns != 0 && delta.count != 0 {
+                    out.push(pod_bytes(&CqNotifySample {
+                        header: header(EventKind::CqNotify, ts_ns, 0, [0; 16]),
+                        notify: delta,
                     }));
                 }
             }
@@ -273,6 +328,8 @@ mod tests {
                 },
                 tx_packets: pk,
                 tx_bytes: pk * 100,
+                rx_packets: 0,
+                rx_bytes: 0,
             };
             t.qp.dev[0] = b'r';
             t

@@ -1,6 +1,8 @@
 //! One file per probe area; user space attaches them from `rdmatrace/src/collect/<area>.rs`.
 pub mod async_event;
 pub mod cm;
+pub mod cq;
+pub mod mlx5;
 pub mod qp;
 pub mod res;
 pub mod rxe;

@@ -16,7 +16,7 @@ use rdmatrace_common::{
 
 use crate::{
     emit::{config, header, output, wanted_pid},
-    maps::PENDING_RES,
+    maps::{PENDING_MR_ACCESS, PENDING_RES},
     read,
 };
 
@@ -64,9 +64,24 @@ fn emit(cfg: &ProbeConfig, res: u64, kind: EventKind) -> Option<u32> {
         ev.rkey = read::field::<u32>(obj, cfg.mr_rkey).unwrap_or(0);
         ev.length = read::field::<u64>(obj, cfg.mr_length).unwrap_or(0);
         ev.iova = read::field::<u64>(obj, cfg.mr_iova).unwrap_or(0);
+        if kind == EventKind::ResourceAdd {
+            let key = bpf_get_current_pid_tgid();
+            // SAFETY: copied out before the entry is removed.
+            if let Some(access) = unsafe { PENDING_MR_ACCESS.get(key) } {
+                ev.access = *access;
+                let _ = PENDING_MR_ACCESS.remove(key);
+            }
+        }
     }
     output(&ev);
     Some(0)
+}
+
+/// Called at a driver's reg_user_mr entry: the access flags ib_uverbs passes down, kept until
+/// the MR reaches the tracker. Drivers probe this from their own area (rxe, mlx5).
+#[inline(always)]
+pub fn remember_mr_access(access: u32) {
+    let _ = PENDING_MR_ACCESS.insert(bpf_get_current_pid_tgid(), access, 0);
 }
 
 #[kprobe]

@@ -13,7 +13,7 @@ use rdmatrace_common::{
 use crate::{
     emit::{config, header, output},
     maps::QP_TRAFFIC,
-    probes::qp::qp_ident,
+    probes::{qp::qp_ident, res::remember_mr_access},
     read::{self, arg},
 };
 
@@ -60,13 +60,32 @@ fn try_rxe_timer(ctx: &ProbeContext, why: u32) -> Option<u32> {
 /// summed per QP in `QP_TRAFFIC`.
 #[kprobe]
 pub fn rxe_xmit(ctx: ProbeContext) -> u32 {
-    try_rxe_xmit(&ctx).unwrap_or(0)
+    config()
+        .and_then(|c| count(c, arg(&ctx, c.xmit_arg_qp), arg(&ctx, c.xmit_arg_skb), true))
+        .unwrap_or(0)
 }
 
-fn try_rxe_xmit(ctx: &ProbeContext) -> Option<u32> {
-    let cfg = config()?;
-    let qp = arg(ctx, cfg.xmit_arg_qp);
-    let skb = arg(ctx, cfg.xmit_arg_skb);
+/// `rxe_resp_queue_pkt(qp, skb)` (requests for our responder) and `rxe_comp_queue_pkt(qp, skb)`
+/// (acks and read responses for our requester): every packet a QP receives, after the QP was
+/// looked up from the packet's BTH.
+#[kprobe]
+pub fn rxe_recv(ctx: ProbeContext) -> u32 {
+    config()
+        .and_then(|c| count(c, arg(&ctx, c.rcv_arg_qp), arg(&ctx, c.rcv_arg_skb), false))
+        .unwrap_or(0)
+}
+
+/// `rxe_reg_user_mr(pd, start, length, iova, access, ...)`: the MR's access flags.
+#[kprobe]
+pub fn rxe_mr_access(ctx: ProbeContext) -> u32 {
+    if let Some(cfg) = config() {
+        remember_mr_access(arg(&ctx, cfg.rxe_mr_arg_access) as u32);
+    }
+    0
+}
+
+#[inline(always)]
+fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
     if qp == 0 || cfg.rxe_qp_ibqp == UNRESOLVED {
         return None;
     }
@@ -87,8 +106,13 @@ fn try_rxe_xmit(ctx: &ProbeContext) -> Option<u32> {
     let t = QP_TRAFFIC.get_ptr_mut(qp)?;
     // SAFETY: this CPU's slot of a live map value; nothing else writes it meanwhile.
     unsafe {
-        (*t).tx_packets += 1;
-        (*t).tx_bytes += len;
+        if tx {
+            (*t).tx_packets += 1;
+            (*t).tx_bytes += len;
+        } else {
+            (*t).rx_packets += 1;
+            (*t).rx_bytes += len;
+        }
     }
     Some(0)
 }

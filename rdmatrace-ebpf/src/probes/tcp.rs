@@ -10,7 +10,9 @@ use aya_ebpf::{
 };
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{reason, transport, EventKind, Owner, RetransmitEvent, TcpBytes},
+    event::{
+        reason, transport, EventKind, Owner, RetransmitEvent, TcpBytes, TcpStateEvent, TcpTuple,
+    },
 };
 
 use crate::{
@@ -44,18 +46,57 @@ pub fn tcp_sendmsg_owner(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// `inet_sock_set_state(sk, oldstate, newstate)`: connect() runs in the caller's context.
+/// `inet_sock_set_state(sk, oldstate, newstate)`: learns the owner at connect() (which runs in
+/// the caller's context) and reports every TCP state change with the socket's owner.
 #[btf_tracepoint(function = "inet_sock_set_state")]
-pub fn tcp_state_owner(ctx: BtfTracePointContext) -> u32 {
+pub fn tcp_state(ctx: BtfTracePointContext) -> u32 {
+    try_tcp_state(&ctx).unwrap_or(0)
+}
+
+fn try_tcp_state(ctx: &BtfTracePointContext) -> Option<u32> {
+    let sk: u64 = ctx.arg(0);
+    let oldstate: i32 = ctx.arg(1);
     let newstate: i32 = ctx.arg(2);
     if newstate == TCP_SYN_SENT {
-        remember_owner(ctx.arg(0));
+        remember_owner(sk);
     }
-    0
+    let cfg = config()?;
+    if read::field::<u16>(sk, cfg.sk_protocol)? != IPPROTO_TCP {
+        return None;
+    }
+    // SAFETY: all-zero is a valid value of this integer-only struct.
+    let mut ev: TcpStateEvent = unsafe { core::mem::zeroed() };
+    if !owner_of(cfg, sk, &mut ev.owner) {
+        return None;
+    }
+    header(&mut ev.header, EventKind::TcpState as u32);
+    tuple(cfg, sk, &mut ev.tcp);
+    ev.tcp.state = newstate as u16;
+    ev.oldstate = oldstate as u32;
+    output(&ev);
+    Some(0)
+}
+
+/// Copies the socket's owner into `out` when known; then whether the event passes the filter
+/// (on the owner when known, else on the on-CPU task).
+#[inline(always)]
+fn owner_of(cfg: &ProbeConfig, sk: u64, out: &mut Owner) -> bool {
+    if let Some(o) = SOCK_OWNER.get_ptr(sk) {
+        // SAFETY: a live map value, copied field by field.
+        unsafe {
+            out.pid = (*o).pid;
+            out.comm = (*o).comm;
+        }
+    }
+    if out.pid != 0 {
+        wanted_pid(cfg, out.pid)
+    } else {
+        wanted(cfg)
+    }
 }
 
 #[inline(always)]
-fn tuple(cfg: &ProbeConfig, sk: u64, ev: &mut RetransmitEvent) {
+fn tuple(cfg: &ProbeConfig, sk: u64, ev: &mut TcpTuple) {
     ev.family = read::field::<u16>(sk, cfg.sk_family).unwrap_or(0);
     ev.state = u16::from(read::field::<u8>(sk, cfg.sk_state).unwrap_or(0));
     ev.sport = read::field::<u16>(sk, cfg.sk_num).unwrap_or(0);
@@ -78,31 +119,16 @@ pub fn tcp_retransmit(ctx: BtfTracePointContext) -> u32 {
 fn try_tcp_retransmit(ctx: &BtfTracePointContext) -> Option<u32> {
     let cfg = config()?;
     let sk: u64 = ctx.arg(0);
-    let owner = SOCK_OWNER.get_ptr(sk);
-    // SAFETY: a live map value; only its pid is read here.
-    let owner_pid = owner.map_or(0, |o| unsafe { (*o).pid });
-    // Retransmits run in softirq: filter on the owner when it is known.
-    let pass = if owner_pid != 0 {
-        wanted_pid(cfg, owner_pid)
-    } else {
-        wanted(cfg)
-    };
-    if !pass {
-        return None;
-    }
     // SAFETY: all-zero is a valid value of this integer-only struct.
     let mut ev: RetransmitEvent = unsafe { core::mem::zeroed() };
+    // Retransmits run in softirq: filter on the owner when it is known.
+    if !owner_of(cfg, sk, &mut ev.owner) {
+        return None;
+    }
     header(&mut ev.header, EventKind::Retransmit as u32);
     ev.transport = transport::TCP;
     ev.reason = reason::TCP_RETRANSMIT_SKB;
-    if let Some(o) = owner {
-        // SAFETY: as above; copied field by field into the event.
-        unsafe {
-            ev.owner.pid = (*o).pid;
-            ev.owner.comm = (*o).comm;
-        }
-    }
-    tuple(cfg, sk, &mut ev);
+    tuple(cfg, sk, &mut ev.tcp);
     output(&ev);
     Some(0)
 }

@@ -7,6 +7,8 @@ use crate::loader::btf::{BtfError, KernelBtf};
 
 pub mod async_event;
 pub mod cm;
+pub mod cq;
+pub mod mlx5;
 pub mod qp;
 pub mod res;
 pub mod rxe;
@@ -49,7 +51,10 @@ pub const AREAS: &[Area] = &[
     res::AREA,
     async_event::AREA,
     cm::AREA,
+    cq::AREA,
     rxe::AREA,
+    cq::RXE_AREA,
+    mlx5::AREA,
     tcp::AREA,
     sched::AREA,
 ];

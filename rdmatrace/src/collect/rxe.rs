@@ -24,6 +24,21 @@ pub const AREA: Area = Area {
             hook: Hook::Kprobe,
             target: "rxe_xmit_packet",
         },
+        ProbeSpec {
+            program: "rxe_recv",
+            hook: Hook::Kprobe,
+            target: "rxe_resp_queue_pkt",
+        },
+        ProbeSpec {
+            program: "rxe_recv",
+            hook: Hook::Kprobe,
+            target: "rxe_comp_queue_pkt",
+        },
+        ProbeSpec {
+            program: "rxe_mr_access",
+            hook: Hook::Kprobe,
+            target: "rxe_reg_user_mr",
+        },
     ],
     resolve,
 };
@@ -36,6 +51,25 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
     cfg.rxe_qp_rnr_nak_timer = offset_of(btf, "rxe_qp", "rnr_nak_timer")?;
     cfg.xmit_arg_qp = param_index(btf, "rxe_xmit_packet", &["qp"])?;
     cfg.xmit_arg_skb = param_index(btf, "rxe_xmit_packet", &["skb"])?;
+    let mut notes = Vec::new();
+    match (
+        param_index(btf, "rxe_resp_queue_pkt", &["qp"]),
+        param_index(btf, "rxe_resp_queue_pkt", &["skb"]),
+        param_index(btf, "rxe_comp_queue_pkt", &["qp"]),
+        param_index(btf, "rxe_comp_queue_pkt", &["skb"]),
+    ) {
+        (Ok(qp), Ok(skb), Ok(qp2), Ok(skb2)) if (qp, skb) == (qp2, skb2) => {
+            cfg.rcv_arg_qp = qp;
+            cfg.rcv_arg_skb = skb;
+        }
+        _ => notes.push(
+            "received packets not counted: rxe_{resp,comp}_queue_pkt(qp, skb) not found".into(),
+        ),
+    }
+    match param_index(btf, "rxe_reg_user_mr", &["access", "access_flags"]) {
+        Ok(i) => cfg.rxe_mr_arg_access = i,
+        Err(e) => notes.push(format!("MR access flags not reported: {e}")),
+    }
     cfg.skb_len = offset_of(kbtf.vmlinux(), "sk_buff", "len")?;
-    Ok(Vec::new())
+    Ok(notes)
 }

@@ -15,7 +15,7 @@ pub const AREA: Area = Area {
             target: "tcp_sendmsg",
         },
         ProbeSpec {
-            program: "tcp_state_owner",
+            program: "tcp_state",
             hook: Hook::BtfTracepoint,
             target: "inet_sock_set_state",
         },

@@ -45,6 +45,10 @@ pub struct ProcStats {
     pub qp_types: Vec<String>,
     pub rdma_tx_bytes: u64,
     pub rdma_tx_packets: u64,
+    pub rdma_rx_bytes: u64,
+    pub rdma_rx_packets: u64,
+    /// Error completions on its CQs.
+    pub wc_errors: u64,
     pub tcp_tx_bytes: u64,
     pub tcp_rx_bytes: u64,
     pub tcp_calls: u64,
@@ -69,7 +73,11 @@ pub struct QpLife {
     pub peer_gid: Option<[u8; 16]>,
     pub tx_bytes: u64,
     pub tx_packets: u64,
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
     pub retransmits: u64,
+    /// Error completions (first status kept in the anomalies).
+    pub wc_errors: u64,
     pub failed_modifies: u64,
 }
 
@@ -126,6 +134,8 @@ pub struct Analyzer {
     blame: HashMap<(u32, &'static str, String), (String, u64, Vec<String>)>,
     port_counters: BTreeMap<(String, u32, String), u64>,
     anomalies: Vec<Anomaly>,
+    /// (QP, wc status) pairs already reported as an anomaly; repeats are only counted.
+    wc_reported: std::collections::HashSet<(QpKey, String)>,
     traffic_measured: bool,
     first_wall_ns: u64,
     last_wall_ns: u64,
@@ -165,6 +175,24 @@ fn mib(b: u64) -> String {
         format!("{:.1} KiB", b as f64 / 1024.0)
     } else {
         format!("{b} B")
+    }
+}
+
+/// What an error completion usually means, for the reader of an anomaly.
+fn wc_status_hint(status: &str) -> &'static str {
+    match status {
+        "RETRY_EXC_ERR" => {
+            ": transport retries exhausted (peer unreachable, lossy path or dead peer QP)"
+        }
+        "RNR_RETRY_EXC_ERR" => ": receiver not ready too often (peer posts receives too slowly)",
+        "REM_ACCESS_ERR" => ": the peer refused access (rkey, bounds or MR access flags)",
+        "LOC_PROT_ERR" => ": local protection error (lkey or MR bounds)",
+        "LOC_LEN_ERR" => ": message longer than the posted receive buffer",
+        "REM_INV_REQ_ERR" => ": the peer found the request invalid (opcode, length or QP type)",
+        "WR_FLUSH_ERR" => ": work request flushed because the QP is in ERR",
+        "LOC_ACCESS_ERR" => ": local access error (MR access flags)",
+        "REM_OP_ERR" => ": the peer could not complete the operation",
+        _ => "",
     }
 }
 
@@ -217,6 +245,14 @@ impl Analyzer {
         });
     }
 
+    /// The live QP with this key, else the last one that had it.
+    fn qp_mut(&mut self, key: &QpKey) -> Option<&mut QpLife> {
+        match self.live.get(key) {
+            Some(&i) => self.qps.get_mut(i),
+            None => self.qps.iter_mut().rev().find(|q| &q.key == key),
+        }
+    }
+
     fn set_state(q: &mut QpLife, new: QpState, ts: u64) {
         if let Some(old) = q.state {
             *q.time_in.entry(old.name()).or_default() += ts.saturating_sub(q.state_since_ns);
@@ -266,6 +302,9 @@ impl Analyzer {
                     peer_qpn: None,
                     peer_gid: None,
                     tx_bytes: 0,
+                    rx_bytes: 0,
+                    rx_packets: 0,
+                    wc_errors: 0,
                     tx_packets: 0,
                     retransmits: 0,
                     failed_modifies: 0,
@@ -359,17 +398,39 @@ impl Analyzer {
             }
             Body::QpTraffic(t) => {
                 self.traffic_measured = true;
-                if let Some(&i) = self.live.get(&t.qp.key) {
-                    self.qps[i].tx_bytes += t.tx_bytes;
-                    self.qps[i].tx_packets += t.tx_packets;
-                } else if let Some(q) = self.qps.iter_mut().rev().find(|q| q.key == t.qp.key) {
+                if let Some(q) = self.qp_mut(&t.qp.key) {
                     q.tx_bytes += t.tx_bytes;
                     q.tx_packets += t.tx_packets;
+                    q.rx_bytes += t.rx_bytes;
+                    q.rx_packets += t.rx_packets;
                 }
                 if t.owner_pid != 0 {
                     let p = self.proc(t.owner_pid, &t.owner_comm);
                     p.rdma_tx_bytes += t.tx_bytes;
                     p.rdma_tx_packets += t.tx_packets;
+                    p.rdma_rx_bytes += t.rx_bytes;
+                    p.rdma_rx_packets += t.rx_packets;
+                }
+            }
+            Body::WcError(w) => {
+                if let Some(q) = self.qp_mut(&w.qp) {
+                    q.wc_errors += 1;
+                }
+                if w.owner_pid != 0 {
+                    self.proc(w.owner_pid, &w.owner_comm).wc_errors += 1;
+                }
+                if self.wc_reported.insert((w.qp.clone(), w.status.clone())) {
+                    self.anomaly(
+                        rec,
+                        "wc_error",
+                        format!(
+                            "{} completion {} on CQ#{}{}",
+                            w.opcode,
+                            w.status,
+                            w.cqn,
+                            wc_status_hint(&w.status)
+                        ),
+                    );
                 }
             }
             Body::Retransmit(r) => {
@@ -494,11 +555,17 @@ impl Analyzer {
         }
         if self.traffic_measured && touched {
             ev.push(format!(
-                "{} sent on its QPs ({} packets)",
+                "{} sent and {} received on its QPs ({} / {} packets)",
                 mib(p.rdma_tx_bytes),
-                p.rdma_tx_packets
+                mib(p.rdma_rx_bytes),
+                p.rdma_tx_packets,
+                p.rdma_rx_packets
             ));
         }
+        if p.wc_errors > 0 {
+            ev.push(format!("{} error completion(s)", p.wc_errors));
+        }
+        let rdma = p.rdma_tx_bytes + p.rdma_rx_bytes;
         ev.push(if tcp == 0 {
             "0 B over TCP".to_string()
         } else {
@@ -534,14 +601,13 @@ impl Analyzer {
             } else {
                 Verdict::Idle
             }
-        } else if self.traffic_measured && p.rdma_tx_bytes == 0 {
+        } else if self.traffic_measured && rdma == 0 {
             if tcp_data {
                 Verdict::TcpFallback
             } else {
                 Verdict::Idle
             }
-        } else if tcp_data && (!self.traffic_measured || tcp.saturating_mul(10) >= p.rdma_tx_bytes)
-        {
+        } else if tcp_data && (!self.traffic_measured || tcp.saturating_mul(10) >= rdma) {
             Verdict::Mixed
         } else {
             Verdict::Rdma
@@ -593,6 +659,8 @@ impl Analyzer {
                     + p.retrans_rdma
                     + p.retrans_tcp
                     + p.rdma_tx_packets
+                    + p.rdma_rx_packets
+                    + p.wc_errors
                     > 0
             })
             .map(|p| {

@@ -197,6 +197,8 @@ fn late_samples_of_a_destroyed_qp_keep_their_owner_until_the_qpn_is_reused() {
             qp: qp(dev, qpn),
             tx_packets: 1,
             tx_bytes: 1,
+            rx_packets: 0,
+            rx_bytes: 0,
             owner_pid: 0,
             owner_comm: String::new(),
         })

@@ -187,7 +187,11 @@ fn attach_one(ebpf: &mut Ebpf, spec: &ProbeSpec, aya_btf: Option<&Btf>) -> Resul
                 return Err("this kernel has no kprobe support".into());
             }
             let p: &mut KProbe = prog.try_into().map_err(program_error)?;
-            p.load().map_err(program_error)?;
+            // One program may serve several functions (e.g. rxe's two receive queues).
+            match p.load() {
+                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
+                Err(e) => return Err(program_error(e)),
+            }
             p.attach(spec.target, 0)
                 .map_err(|e| format!("cannot attach to {}: {}", spec.target, program_error(e)))?;
         }

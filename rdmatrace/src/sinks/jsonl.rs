@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use crate::{
     clock::rfc3339,
-    event::{qp_type_name, AsyncElement, Body, Record},
+    event::{access_names, qp_type_name, tcp_state_name, AsyncElement, Body, Record},
     sinks::{text::gid_text, Sink},
 };
 
@@ -28,6 +28,19 @@ fn opt<T: Into<Value>>(m: &mut Map<String, Value>, key: &str, v: Option<T>) {
 }
 
 /// The `{"type", "data"}` envelope for one record.
+/// `owner_pid`/`owner_comm`, null when the owner is not known.
+fn owner(d: &mut Map<String, Value>, pid: u32, comm: &str) {
+    let known = pid != 0;
+    d.insert(
+        "owner_pid".into(),
+        if known { pid.into() } else { Value::Null },
+    );
+    d.insert(
+        "owner_comm".into(),
+        if known { comm.into() } else { Value::Null },
+    );
+}
+
 pub fn to_json(rec: &Record) -> Value {
     let mut d = Map::new();
     d.insert("ts_ns".into(), rec.ts_ns.into());
@@ -68,22 +81,7 @@ pub fn to_json(rec: &Record) -> Value {
         Body::Retransmit(r) => {
             d.insert("transport".into(), r.transport.name().into());
             d.insert("reason".into(), r.reason.into());
-            d.insert(
-                "owner_pid".into(),
-                if r.owner_pid == 0 {
-                    Value::Null
-                } else {
-                    r.owner_pid.into()
-                },
-            );
-            d.insert(
-                "owner_comm".into(),
-                if r.owner_pid == 0 {
-                    Value::Null
-                } else {
-                    r.owner_comm.clone().into()
-                },
-            );
+            owner(&mut d, r.owner_pid, &r.owner_comm);
             if let Some(t) = &r.tcp {
                 d.insert("saddr".into(), t.saddr.to_string().into());
                 d.insert("sport".into(), t.sport.into());
@@ -103,11 +101,15 @@ pub fn to_json(rec: &Record) -> Value {
                 d.insert("cqe".into(), cqe.into());
                 d.insert("comp_vector".into(), vector.into());
             }
-            if let Some((lkey, rkey, length, iova)) = r.mr {
-                d.insert("lkey".into(), lkey.into());
-                d.insert("rkey".into(), rkey.into());
-                d.insert("length".into(), length.into());
-                d.insert("iova".into(), iova.into());
+            if let Some(mr) = &r.mr {
+                d.insert("lkey".into(), mr.lkey.into());
+                d.insert("rkey".into(), mr.rkey.into());
+                d.insert("length".into(), mr.length.into());
+                d.insert("iova".into(), mr.iova.into());
+                if let Some(access) = mr.access {
+                    d.insert("access_flags".into(), access.into());
+                    d.insert("access".into(), access_names(access).into());
+                }
             }
         }
         Body::Async(a) => {
@@ -119,6 +121,7 @@ pub fn to_json(rec: &Record) -> Value {
                 AsyncElement::Srq(id) => d.insert("srqn".into(), (*id).into()),
                 AsyncElement::Port(p) => d.insert("port".into(), (*p).into()),
             };
+            d.insert("source".into(), a.source.into());
             d.insert(
                 "owner_pid".into(),
                 if a.owner_pid == 0 {
@@ -148,22 +151,9 @@ pub fn to_json(rec: &Record) -> Value {
         Body::QpTraffic(t) => {
             d.insert("tx_packets".into(), t.tx_packets.into());
             d.insert("tx_bytes".into(), t.tx_bytes.into());
-            d.insert(
-                "owner_pid".into(),
-                if t.owner_pid == 0 {
-                    Value::Null
-                } else {
-                    t.owner_pid.into()
-                },
-            );
-            d.insert(
-                "owner_comm".into(),
-                if t.owner_pid == 0 {
-                    Value::Null
-                } else {
-                    t.owner_comm.clone().into()
-                },
-            );
+            d.insert("rx_packets".into(), t.rx_packets.into());
+            d.insert("rx_bytes".into(), t.rx_bytes.into());
+            owner(&mut d, t.owner_pid, &t.owner_comm);
         }
         Body::Counter(c) => {
             d.insert("dev".into(), c.dev.clone().into());
@@ -175,6 +165,30 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("name".into(), c.name.clone().into());
             d.insert("value".into(), c.value.into());
             d.insert("delta".into(), c.delta.into());
+        }
+        Body::TcpState(t) => {
+            owner(&mut d, t.owner_pid, &t.owner_comm);
+            d.insert("saddr".into(), t.tcp.saddr.to_string().into());
+            d.insert("sport".into(), t.tcp.sport.into());
+            d.insert("daddr".into(), t.tcp.daddr.to_string().into());
+            d.insert("dport".into(), t.tcp.dport.into());
+            d.insert("old_state".into(), tcp_state_name(t.old_state).into());
+            d.insert("new_state".into(), tcp_state_name(t.tcp.state).into());
+        }
+        Body::WcError(w) => {
+            d.insert("dev".into(), w.qp.dev.clone().into());
+            d.insert("qpn".into(), w.qp.qpn.into());
+            d.insert("cqn".into(), w.cqn.into());
+            d.insert("status".into(), w.status.clone().into());
+            d.insert("opcode".into(), w.opcode.clone().into());
+            d.insert("vendor_err".into(), w.vendor_err.into());
+            owner(&mut d, w.owner_pid, &w.owner_comm);
+        }
+        Body::CqNotify(n) => {
+            d.insert("dev".into(), n.dev.clone().into());
+            d.insert("cqn".into(), n.cqn.into());
+            d.insert("notifications".into(), n.count.into());
+            owner(&mut d, n.owner_pid, &n.owner_comm);
         }
         Body::Lost { count } => {
             d.insert("count".into(), (*count).into());

@@ -5,7 +5,10 @@ use std::io::{self, Write};
 
 use crate::{
     clock::hms_millis,
-    event::{mtu_bytes, qp_type_name, AsyncElement, Body, ModifyAttrs, Record},
+    event::{
+        access_names, mtu_bytes, qp_type_name, tcp_state_name, AsyncElement, Body, ModifyAttrs,
+        Record,
+    },
     sinks::Sink,
 };
 
@@ -131,7 +134,33 @@ pub fn line(rec: &Record) -> String {
         ),
         Body::QpTraffic(t) => (
             "traffic",
-            format!("tx {} pkts {} B", t.tx_packets, t.tx_bytes),
+            format!(
+                "tx {} pkts {} B, rx {} pkts {} B",
+                t.tx_packets, t.tx_bytes, t.rx_packets, t.rx_bytes
+            ),
+        ),
+        Body::TcpState(t) => (
+            "tcpstate",
+            format!(
+                "{} -> {} {}:{} -> {}:{}",
+                tcp_state_name(t.old_state),
+                tcp_state_name(t.tcp.state),
+                t.tcp.saddr,
+                t.tcp.sport,
+                t.tcp.daddr,
+                t.tcp.dport
+            ),
+        ),
+        Body::WcError(w) => (
+            "wc_err",
+            format!(
+                "{} {} CQ#{} vendor_err {:#x}",
+                w.status, w.opcode, w.cqn, w.vendor_err
+            ),
+        ),
+        Body::CqNotify(n) => (
+            "cq_event",
+            format!("CQ#{} {} notifications", n.cqn, n.count),
         ),
         Body::Counter(c) => (
             "counter",
@@ -140,7 +169,8 @@ pub fn line(rec: &Record) -> String {
         Body::Async(a) => (
             "async",
             match &a.element {
-                AsyncElement::Qp(_) => a.event.clone(),
+                AsyncElement::Qp(_) if a.source == "uverbs" => a.event.clone(),
+                AsyncElement::Qp(_) => format!("{} ({})", a.event, a.source),
                 AsyncElement::Cq(id) => format!("{} CQ#{id}", a.event),
                 AsyncElement::Srq(id) => format!("{} SRQ#{id}", a.event),
                 AsyncElement::Port(p) => format!("{} port {p}", a.event),
@@ -196,8 +226,11 @@ fn resource_line(r: &crate::event::Resource) -> (&'static str, String) {
     if let Some((cqe, vector)) = r.cq {
         d += &format!(" cqe {cqe} vector {vector}");
     }
-    if let Some((lkey, rkey, length, _)) = r.mr {
-        d += &format!(" {length} B lkey {lkey:#x} rkey {rkey:#x}");
+    if let Some(mr) = &r.mr {
+        d += &format!(" {} B lkey {:#x} rkey {:#x}", mr.length, mr.lkey, mr.rkey);
+        if let Some(access) = mr.access {
+            d += &format!(" {}", access_names(access));
+        }
     }
     (if r.added { add } else { del }, d)
 }

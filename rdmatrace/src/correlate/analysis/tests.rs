@@ -58,6 +58,8 @@ fn traffic(qpn: u32, pid: u32, bytes: u64) -> Body {
         qp: qp(qpn),
         tx_packets: bytes / 1024,
         tx_bytes: bytes,
+        rx_packets: 0,
+        rx_bytes: 0,
         owner_pid: pid,
         owner_comm: "app".into(),
     })
@@ -185,5 +187,75 @@ fn illegal_transitions_are_named_as_the_likely_cause() {
         a.detail.contains("EINVAL") && a.detail.contains("illegal transition RESET->RTS"),
         "{}",
         a.detail
+    );
+}
+
+fn rts_qp(a: &mut Analyzer, pid: u32, qpn: u32) {
+    a.push(&rec(
+        pid,
+        "app",
+        1,
+        Body::QpCreate {
+            qp: qp(qpn),
+            ret: 0,
+        },
+    ));
+    for (t, s) in [(2, QpState::Init), (3, QpState::Rtr), (4, QpState::Rts)] {
+        a.push(&rec(pid, "app", t, to(qpn, s)));
+    }
+}
+
+#[test]
+fn a_receive_only_rdma_side_is_rdma_not_idle() {
+    // The target of RDMA writes sends only acks: its data arrives.
+    let mut a = Analyzer::new();
+    rts_qp(&mut a, 7, 0x11);
+    let mut t = traffic(0x11, 7, 0);
+    if let Body::QpTraffic(d) = &mut t {
+        d.rx_bytes = 64 << 20;
+        d.rx_packets = 16384;
+    }
+    a.push(&rec(0, "", 5, t));
+    let r = a.finish();
+    assert_eq!(verdict_of(&r, 7), Verdict::Rdma);
+    assert_eq!(r.qps[0].rx_bytes, 64 << 20);
+}
+
+#[test]
+fn error_completions_are_one_anomaly_per_qp_and_status_and_all_counted() {
+    use crate::event::WcError;
+    let mut a = Analyzer::new();
+    rts_qp(&mut a, 7, 0x11);
+    let wc = |status: &str| {
+        Body::WcError(WcError {
+            qp: qp(0x11).key,
+            cqn: 3,
+            status: status.into(),
+            opcode: "SEND".into(),
+            vendor_err: 0,
+            owner_pid: 7,
+            owner_comm: "app".into(),
+        })
+    };
+    a.push(&rec(0, "", 10, wc("RETRY_EXC_ERR")));
+    for ts in 11..20 {
+        a.push(&rec(0, "", ts, wc("WR_FLUSH_ERR")));
+    }
+    let r = a.finish();
+    let kinds: Vec<&str> = r
+        .anomalies
+        .iter()
+        .filter(|x| x.kind == "wc_error")
+        .map(|x| x.detail.as_str())
+        .collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert!(kinds[0].contains("RETRY_EXC_ERR") && kinds[0].contains("retries exhausted"));
+    assert_eq!(r.qps[0].wc_errors, 10);
+    assert_eq!(
+        r.anomalies
+            .iter()
+            .find(|x| x.kind == "wc_error")
+            .map(|x| x.pid),
+        Some(7)
     );
 }
