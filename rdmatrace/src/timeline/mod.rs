@@ -305,7 +305,10 @@ impl TimelineBuilder {
                     instant(
                         "exit",
                         "process",
-                        vec![("exit_code", Arg::Int((*exit_code).into()))],
+                        vec![
+                            ("status", s(crate::sinks::text::exit_text(*exit_code))),
+                            ("wait_status", Arg::Int((*exit_code).into())),
+                        ],
                     ),
                 ));
             }

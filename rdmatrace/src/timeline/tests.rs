@@ -190,6 +190,8 @@ fn counters_are_per_second_rates_that_drop_to_zero() {
                 qp: qp("rxe0", 0x11),
                 tx_packets: 1,
                 tx_bytes: bytes,
+                rx_packets: 0,
+                rx_bytes: 0,
                 owner_pid: 10,
                 owner_comm: "app".into(),
             }),
