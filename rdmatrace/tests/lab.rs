@@ -355,6 +355,26 @@ fn lab_rxe_retransmits_under_loss_are_blamed_on_the_sending_qp() {
         ],
     );
     assert!(!counters.is_empty(), "no out_of_seq_request delta on rxe1");
+
+    // The receiving side: the server's QP received the data (rxe receive path), and the
+    // buffer it exposes to RDMA WRITE was registered with remote write access.
+    let server_qpn = local_qpn(&server_out);
+    let received: u64 = select(
+        &events,
+        "qp_traffic",
+        &[("dev", json!("rxe1")), ("qpn", json!(server_qpn))],
+    )
+    .iter()
+    .map(|e| e["data"]["rx_bytes"].as_u64().unwrap_or(0))
+    .sum();
+    assert!(received >= 300 * 4096, "rx on the server QP: {received} B");
+    let server_mrs = select(&events, "mr_reg", &[("dev", json!("rxe1"))]);
+    assert!(
+        server_mrs.iter().any(|e| e["data"]["access"]
+            .as_str()
+            .is_some_and(|a| a.contains("REMOTE_WRITE"))),
+        "ib_write_bw's MR allows remote writes: {server_mrs:#?}"
+    );
 }
 
 #[test]
@@ -404,6 +424,26 @@ fn lab_tcp_retransmits_name_the_sending_process() {
         "15% loss must make TCP retransmit: {}",
         done.stderr
     );
+    // The connection's life, attributed to the client: SYN_SENT -> ESTABLISHED, then closing.
+    let states: Vec<(String, String)> = select(
+        &events,
+        "tcp_state",
+        &[("owner_pid", json!(client_pid)), ("dport", json!(5555))],
+    )
+    .iter()
+    .map(|e| {
+        (
+            e["data"]["old_state"].as_str().unwrap_or("").to_string(),
+            e["data"]["new_state"].as_str().unwrap_or("").to_string(),
+        )
+    })
+    .collect();
+    for want in [("CLOSE", "SYN_SENT"), ("SYN_SENT", "ESTABLISHED")] {
+        assert!(
+            states.iter().any(|(a, b)| (a.as_str(), b.as_str()) == want),
+            "{want:?} missing from the client's transitions {states:?}"
+        );
+    }
     for e in &tcp {
         let d = &e["data"];
         assert_eq!(
@@ -607,6 +647,12 @@ fn lab_port_down_and_up_reach_verbs_users_as_async_events() {
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_doctor_sees_every_rdma_probe_attach() {
     in_lab();
+    // No ConnectX here, but the driver module loads: its probe points exist and must attach.
+    let st = Command::new("modprobe")
+        .arg("mlx5_ib")
+        .status()
+        .expect("modprobe");
+    assert!(st.success(), "modprobe mlx5_ib");
     let out = run(&["doctor", "--json"]);
     assert!(out.status.success(), "{}", out.stderr);
     let v: Value = serde_json::from_str(out.stdout.trim()).expect("json");
@@ -763,4 +809,148 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
     assert_eq!(verdict_of(fb_pid), Some(json!("tcp_fallback")));
     assert_eq!(verdict_of(u64::from(cpid)), Some(json!("rdma")));
     assert_eq!(verdict_of(tcp_pid), Some(json!("tcp")));
+}
+
+/// Starts an `ibv_rc_pingpong` client (rxe0 -> 192.0.2.2) against a running server, retrying
+/// while the server does not listen yet; returns it once it has been connected for a while.
+fn connected_pingpong_client(args: &[&str]) -> std::process::Child {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut c = Command::new("ibv_rc_pingpong")
+            .args(["-d", "rxe0", "-g", "1"])
+            .args(args)
+            .arg("192.0.2.2")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ibv_rc_pingpong client");
+        sleep(Duration::from_secs(3));
+        match c.try_wait().expect("client status") {
+            None => return c,
+            Some(_) => {
+                let out = c.wait_with_output().expect("client output");
+                assert!(
+                    Instant::now() < deadline,
+                    "client never connected: {}",
+                    text(&out)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_killed_peer_gives_error_completions_and_event_counts_match_the_program() {
+    in_lab();
+    let tracer = start(&["trace", "--json"], READY_TIMEOUT);
+    // Event-driven pingpong (-e: completion channel), long enough to be killed mid-run.
+    let args = ["-e", "-n", "100000000"];
+    let mut server = Command::new("ibv_rc_pingpong")
+        .args(["-d", "rxe1", "-g", "1"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start ibv_rc_pingpong server");
+    sleep(Duration::from_millis(1500));
+    let client = connected_pingpong_client(&args);
+    let client_pid = client.id();
+    // The peer dies: its QP goes away, the client's sends are never acknowledged.
+    server.kill().expect("kill server");
+    let _ = server.wait();
+    let out = client.wait_with_output().expect("client output");
+    let printed = text(&out);
+    assert!(!out.status.success(), "client must fail: {printed}");
+    let qpn = local_qpn(&printed);
+    sleep(Duration::from_millis(2500)); // a sample tick for the notification counts
+    let done = tracer.stop();
+    let events = done.events();
+
+    // ibv_rc_pingpong prints e.g. "Failed status transport retry counter exceeded (12) for wr_id 2".
+    let status_num: u32 = printed
+        .lines()
+        .find(|l| l.contains("Failed status"))
+        .and_then(|l| l.split('(').nth(1))
+        .and_then(|s| s.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no failed status in client output: {printed}"));
+    let errors = select(
+        &events,
+        "wc_error",
+        &[("dev", json!("rxe0")), ("qpn", json!(qpn))],
+    );
+    assert!(
+        !errors.is_empty(),
+        "no wc_error for rxe0 {qpn:#x}: {}",
+        done.stderr
+    );
+    let names = [
+        (12, "RETRY_EXC_ERR"),
+        (13, "RNR_RETRY_EXC_ERR"),
+        (5, "WR_FLUSH_ERR"),
+    ];
+    let want = names
+        .iter()
+        .find(|(n, _)| *n == status_num)
+        .map(|(_, s)| *s)
+        .unwrap_or_else(|| panic!("unexpected status {status_num}: {printed}"));
+    assert!(
+        errors.iter().any(|e| e["data"]["status"] == json!(want)),
+        "program saw status {status_num} ({want}); tracer: {errors:#?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .all(|e| e["data"]["owner_pid"] == json!(client_pid)),
+        "{errors:#?}"
+    );
+    // Completion-channel notifications of the client's CQ, owned by the client.
+    let notified: u64 = select(&events, "cq_event", &[("owner_pid", json!(client_pid))])
+        .iter()
+        .map(|e| e["data"]["notifications"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(notified > 0, "no cq_event for the -e client");
+    // Its MR: ibv_rc_pingpong registers its buffer for local write only.
+    let mrs = select(&events, "mr_reg", &[("owner_pid", json!(client_pid))]);
+    assert!(
+        mrs.iter()
+            .any(|e| e["data"]["access"] == json!("LOCAL_WRITE")),
+        "{mrs:#?}"
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_recorder_killed_with_sigkill_leaves_a_replayable_file() {
+    in_lab();
+    let file = std::env::temp_dir().join("killed.rdmt");
+    let _ = std::fs::remove_file(&file);
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path], READY_TIMEOUT);
+    let ((spid, sout), _) = rc_pingpong();
+    sleep(Duration::from_secs(3)); // chunks are flushed at least once a second
+    let _ = recorder.kill9();
+    let meta = std::fs::metadata(&file).expect("recording exists");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let replay = run(&["trace", "--input", path, "--json"]);
+    assert!(replay.status.success(), "{}", replay.stderr);
+    let events = replay.events();
+    let sqpn = local_qpn(&sout);
+    let created = select(
+        &events,
+        "qp_create",
+        &[
+            ("dev", json!("rxe1")),
+            ("qpn", json!(sqpn)),
+            ("pid", json!(spid)),
+        ],
+    );
+    assert_eq!(
+        created.len(),
+        1,
+        "server QP in the replay: {}",
+        replay.stderr
+    );
 }

@@ -111,6 +111,12 @@ impl Running {
         self.wait()
     }
 
+    /// SIGKILL: no chance to clean up.
+    pub fn kill9(mut self) -> Finished {
+        let _ = self.child.kill();
+        self.wait()
+    }
+
     pub fn wait(mut self) -> Finished {
         let status = self.child.wait().expect("wait rdmatrace");
         Finished {

@@ -1,0 +1,159 @@
+//! Moves data from one RDMA device to another in one process, the way a real job would, or —
+//! with `--transport tcp` or `RT_TRANSPORT=tcp` in the environment, the way NCCL/UCX switch
+//! silently — opens both devices and creates the QPs, then moves the data over TCP instead.
+//!
+//! Usage: `rt-mover --from-dev rxe0 --to-dev rxe1 [--mib 64] [--transport rdma|tcp]
+//!         [--events] [--retry-cnt N] [--kill-peer-after-mib M] [--gid-index 1]
+//!         [--from 192.0.2.1 --to 192.0.2.2]`
+//!
+//! RDMA: RC QPs, signaled RDMA WRITEs of 64 KiB, 16 in flight; `--events` waits on a
+//! completion channel instead of polling. `--kill-peer-after-mib M` destroys the receiving QP
+//! after M MiB: the sender's writes then fail with a transport retry error (use a small
+//! `--retry-cnt`: rxe retries forever at 7).
+//!
+//! Output: `rt-mover: pid P transport T sender DEV qpn 0xN receiver DEV qpn 0xN`, then
+//! `rt-mover: moved B bytes`, or `rt-mover: wc error status S (TEXT) qpn 0xN` and exit code 2.
+
+use std::ffi::CStr;
+use std::io::Write as _;
+
+use anyhow::{bail, Context as _};
+use rdma_sys::{ibv_access_flags as acc, ibv_wc, ibv_wc_status_str};
+use rdmatrace_workloads::{tcp_transfer, Endpoint, Verbs};
+
+const CHUNK: usize = 64 << 10;
+const DEPTH: usize = 16;
+
+struct Opts {
+    from_dev: String,
+    to_dev: String,
+    mib: u64,
+    tcp: bool,
+    events: bool,
+    retry_cnt: u8,
+    kill_after_mib: Option<u64>,
+    gid_index: u8,
+    from: String,
+    to: String,
+}
+
+fn opts() -> anyhow::Result<Opts> {
+    let mut o = Opts {
+        from_dev: "rxe0".into(),
+        to_dev: "rxe1".into(),
+        mib: 64,
+        tcp: std::env::var("RT_TRANSPORT").is_ok_and(|t| t == "tcp"),
+        events: false,
+        retry_cnt: 6,
+        kill_after_mib: None,
+        gid_index: 1,
+        from: "192.0.2.1".into(),
+        to: "192.0.2.2".into(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--from-dev" => o.from_dev = val()?,
+            "--to-dev" => o.to_dev = val()?,
+            "--mib" => o.mib = val()?.parse()?,
+            "--transport" => o.tcp = val()? == "tcp",
+            "--events" => o.events = true,
+            "--retry-cnt" => o.retry_cnt = val()?.parse()?,
+            "--kill-peer-after-mib" => o.kill_after_mib = Some(val()?.parse()?),
+            "--gid-index" => o.gid_index = val()?.parse()?,
+            "--from" => o.from = val()?,
+            "--to" => o.to = val()?,
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    Ok(o)
+}
+
+fn main() -> anyhow::Result<std::process::ExitCode> {
+    let o = opts()?;
+    let mut src = Verbs::open_with(Some(&o.from_dev), (DEPTH * 2) as i32, o.events)?;
+    let dst = Verbs::open_with(Some(&o.to_dev), (DEPTH * 2) as i32, false)?;
+    let sqp = src.create_rc_qp_with(DEPTH as u32)?;
+    let mut dqp = Some(dst.create_rc_qp_with(DEPTH as u32)?);
+    let dqpn = dqp.as_ref().map_or(0, |q| q.qpn());
+    println!(
+        "rt-mover: pid {} transport {} sender {} qpn {:#08x} receiver {} qpn {:#08x}",
+        std::process::id(),
+        if o.tcp { "tcp" } else { "rdma" },
+        src.name,
+        sqp.qpn(),
+        dst.name,
+        dqpn
+    );
+    let _ = std::io::stdout().flush();
+    let total = o.mib << 20;
+    if o.tcp {
+        // The "transport" gives up on RDMA after INIT.
+        let _ = sqp.modify_to_init();
+        let got = tcp_transfer(&o.from, &o.to, total)?;
+        println!("rt-mover: moved {got} bytes");
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+
+    let mut sbuf = vec![0xa5u8; CHUNK];
+    let mut dbuf = vec![0u8; CHUNK * DEPTH];
+    let smr = src.reg_mr(&mut sbuf, acc::IBV_ACCESS_LOCAL_WRITE.0)?;
+    let dmr = dst.reg_mr(
+        &mut dbuf,
+        acc::IBV_ACCESS_LOCAL_WRITE.0 | acc::IBV_ACCESS_REMOTE_WRITE.0,
+    )?;
+    let s_end = Endpoint {
+        qpn: sqp.qpn(),
+        gid: src.gid(i32::from(o.gid_index))?,
+        addr: 0,
+        rkey: 0,
+    };
+    let d_end = Endpoint {
+        qpn: dqpn,
+        gid: dst.gid(i32::from(o.gid_index))?,
+        addr: dbuf.as_ptr() as u64,
+        rkey: dmr.rkey(),
+    };
+    if let Some(q) = &dqp {
+        q.connect(&s_end, o.gid_index, o.retry_cnt)?;
+    }
+    sqp.connect(&d_end, o.gid_index, o.retry_cnt)?;
+
+    let (mut posted, mut done, mut inflight) = (0u64, 0u64, 0usize);
+    let mut wcs: Vec<ibv_wc> = (0..DEPTH)
+        // SAFETY: all-zero is a valid ibv_wc.
+        .map(|_| unsafe { std::mem::zeroed() })
+        .collect();
+    while done < total {
+        while inflight < DEPTH && posted < total {
+            let slot = (posted / CHUNK as u64) % DEPTH as u64;
+            sqp.post_write(posted, &smr, &sbuf, &d_end, slot * CHUNK as u64)?;
+            posted += CHUNK as u64;
+            inflight += 1;
+        }
+        let n = src.completions(&mut wcs)?;
+        for wc in &wcs[..n] {
+            if wc.status != 0 {
+                // SAFETY: ibv_wc_status_str returns a static string for any status.
+                let what = unsafe { CStr::from_ptr(ibv_wc_status_str(wc.status)) };
+                println!(
+                    "rt-mover: wc error status {} ({}) qpn {:#08x}",
+                    wc.status,
+                    what.to_string_lossy(),
+                    wc.qp_num
+                );
+                return Ok(std::process::ExitCode::from(2));
+            }
+            inflight -= 1;
+            done += CHUNK as u64;
+        }
+        if o.kill_after_mib.is_some_and(|m| done >= m << 20) && dqp.is_some() {
+            // The peer goes away mid-transfer: its QPN stops answering.
+            dqp = None;
+            println!("rt-mover: receiver QP destroyed after {done} bytes");
+        }
+    }
+    println!("rt-mover: moved {done} bytes");
+    Ok(std::process::ExitCode::SUCCESS)
+}
