@@ -13,10 +13,10 @@ use rdmatrace_common::event::{
 use crate::{
     clock::ClockAnchor,
     event::{
-        cm_event_name, ib_event_name, mlx5_event_name, wc_opcode_name, wc_status_name,
-        AsyncElement, AsyncEvent, Body, CmEvent, CounterDelta, CqNotifyDelta, ModifyAttrs, MrInfo,
-        QpInfo, QpKey, QpState, QpTrafficDelta, Record, ResType, Resource, Retransmit,
-        TcpBytesDelta, TcpState, TcpTuple, Transport, WcError,
+        cm_event_name, ib_event_name, mlx5_event_name, wc_status_name, AsyncElement, AsyncEvent,
+        Body, CmEvent, CounterDelta, CqNotifyDelta, ModifyAttrs, MrInfo, QpInfo, QpKey, QpState,
+        QpTrafficDelta, Record, ResType, Resource, Retransmit, TcpBytesDelta, TcpState, TcpTuple,
+        Transport, WcError,
     },
 };
 
@@ -168,7 +168,6 @@ fn wc_error(ev: &WcErrorEvent) -> Body {
         },
         cqn: ev.cqn,
         status: wc_status_name(ev.status),
-        opcode: wc_opcode_name(ev.opcode),
         vendor_err: ev.vendor_err,
         owner_pid: ev.owner_pid,
         owner_comm: c_str(&ev.owner_comm),

@@ -296,29 +296,6 @@ pub fn wc_status_name(raw: u32) -> String {
         .map_or_else(|| format!("WC_STATUS_{raw}"), |s| (*s).to_string())
 }
 
-/// `enum ib_wc_opcode` names (receive opcodes from 128).
-pub fn wc_opcode_name(raw: u32) -> String {
-    let name = match raw {
-        0 => "SEND",
-        1 => "RDMA_WRITE",
-        2 => "RDMA_READ",
-        3 => "COMP_SWAP",
-        4 => "FETCH_ADD",
-        5 => "BIND_MW",
-        6 => "LOCAL_INV",
-        7 => "LSO",
-        8 => "ATOMIC_WRITE",
-        9 => "REG_MR",
-        10 => "MASKED_COMP_SWAP",
-        11 => "MASKED_FETCH_ADD",
-        12 => "FLUSH",
-        128 => "RECV",
-        129 => "RECV_RDMA_WITH_IMM",
-        n => return format!("OPCODE_{n}"),
-    };
-    name.into()
-}
-
 /// mlx5 hardware QP event types (`enum mlx5_event`) under the `ib_event_type` name mlx5_ib
 /// translates them to.
 pub fn mlx5_event_name(raw: u32) -> String {
@@ -486,7 +463,6 @@ pub struct WcError {
     pub qp: QpKey,
     pub cqn: u32,
     pub status: String,
-    pub opcode: String,
     pub vendor_err: u32,
     pub owner_pid: u32,
     pub owner_comm: String,

@@ -746,6 +746,13 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
         .and_then(|p| p.parse().ok())
         .expect("pid");
 
+    // 2b. Our own mover, once over RC and once switched to TCP by its environment variable
+    // (how NCCL_IB_DISABLE / UCX_TLS change a job's transport without touching its code).
+    let (mv_rdma, out, code) = mover(&["--mib", "16"], &[]);
+    assert_eq!(code, Some(0), "{out}");
+    let (mv_tcp, out, code) = mover(&["--mib", "16"], &[("RT_TRANSPORT", "tcp")]);
+    assert_eq!(code, Some(0), "{out}");
+
     // 3. Plain TCP: 4 MiB, never touches RDMA.
     let tcp = Command::new("python3")
         .args(["-c", "import socket,threading\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\np=s.getsockname()[1]\ndef srv():\n c,_=s.accept()\n while c.recv(65536): pass\nt=threading.Thread(target=srv)\nt.start()\nk=socket.create_connection(('127.0.0.1',p))\nk.sendall(b'x'*4194304)\nk.close()\nt.join()"])
@@ -793,6 +800,22 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
         "{fb_evidence}"
     );
     assert_eq!(get(tcp_pid).0, "tcp", "{:?}", get(tcp_pid).1);
+    let (verdict, evidence) = get(u64::from(mv_rdma));
+    assert_eq!(verdict, "rdma", "rt-mover over RC: {evidence}");
+    // 16 MiB of payload, plus headers and any retransmission.
+    let sent: f64 = evidence
+        .to_string()
+        .split(" MiB sent")
+        .next()
+        .and_then(|s| s.rsplit(['"', ' ']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no MiB sent in {evidence}"));
+    assert!((16.0..20.0).contains(&sent), "{evidence}");
+    let (verdict, evidence) = get(u64::from(mv_tcp));
+    assert_eq!(
+        verdict, "tcp_fallback",
+        "rt-mover RT_TRANSPORT=tcp: {evidence}"
+    );
 
     // The post-mortem of a recording of the same minutes agrees, without privileges needed.
     let _ = recorder.stop();
@@ -809,115 +832,193 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
     assert_eq!(verdict_of(fb_pid), Some(json!("tcp_fallback")));
     assert_eq!(verdict_of(u64::from(cpid)), Some(json!("rdma")));
     assert_eq!(verdict_of(tcp_pid), Some(json!("tcp")));
+    assert_eq!(verdict_of(u64::from(mv_rdma)), Some(json!("rdma")));
+    assert_eq!(verdict_of(u64::from(mv_tcp)), Some(json!("tcp_fallback")));
 }
 
-/// Starts an `ibv_rc_pingpong` client (rxe0 -> 192.0.2.2) against a running server, retrying
-/// while the server does not listen yet; returns it once it has been connected for a while.
-fn connected_pingpong_client(args: &[&str]) -> std::process::Child {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut c = Command::new("ibv_rc_pingpong")
-            .args(["-d", "rxe0", "-g", "1"])
-            .args(args)
-            .arg("192.0.2.2")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start ibv_rc_pingpong client");
-        sleep(Duration::from_secs(3));
-        match c.try_wait().expect("client status") {
-            None => return c,
-            Some(_) => {
-                let out = c.wait_with_output().expect("client output");
-                assert!(
-                    Instant::now() < deadline,
-                    "client never connected: {}",
-                    text(&out)
-                );
-            }
-        }
-    }
+/// Runs our rt-mover workload with `args`; returns (pid, output, exit code).
+fn mover(args: &[&str], env: &[(&str, &str)]) -> (u32, String, Option<i32>) {
+    let c = Command::new(workload("rt-mover"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rt-mover");
+    let pid = c.id();
+    let out = c.wait_with_output().expect("rt-mover output");
+    (pid, text(&out), out.status.code())
+}
+
+/// `sender rxe0 qpn 0x000011` in rt-mover's first line -> ("rxe0", 0x11); same for `receiver`.
+fn mover_qp(out: &str, side: &str) -> (String, u32) {
+    let words: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let i = words
+        .iter()
+        .position(|w| *w == side)
+        .unwrap_or_else(|| panic!("no {side} in {out}"));
+    let qpn = u32::from_str_radix(words[i + 3].trim_start_matches("0x"), 16).expect("qpn");
+    (words[i + 1].to_string(), qpn)
 }
 
 #[test]
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
-fn lab_killed_peer_gives_error_completions_and_event_counts_match_the_program() {
+fn lab_dead_peer_error_completions_and_completion_events_match_the_program() {
     in_lab();
     let tracer = start(&["trace", "--json"], READY_TIMEOUT);
-    // Event-driven pingpong (-e: completion channel), long enough to be killed mid-run.
-    let args = ["-e", "-n", "100000000"];
-    let mut server = Command::new("ibv_rc_pingpong")
-        .args(["-d", "rxe1", "-g", "1"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start ibv_rc_pingpong server");
-    sleep(Duration::from_millis(1500));
-    let client = connected_pingpong_client(&args);
-    let client_pid = client.id();
-    // The peer dies: its QP goes away, the client's sends are never acknowledged.
-    server.kill().expect("kill server");
-    let _ = server.wait();
-    let out = client.wait_with_output().expect("client output");
-    let printed = text(&out);
-    assert!(!out.status.success(), "client must fail: {printed}");
-    let qpn = local_qpn(&printed);
+    // Waits on a completion channel; the receiving QP is destroyed after 4 MiB, so the
+    // sender's writes exhaust their single transport retry.
+    let (pid, printed, code) = mover(
+        &[
+            "--mib",
+            "64",
+            "--events",
+            "--retry-cnt",
+            "1",
+            "--kill-peer-after-mib",
+            "4",
+        ],
+        &[],
+    );
+    assert_eq!(
+        code,
+        Some(2),
+        "the program must see an error completion: {printed}"
+    );
+    let (dev, qpn) = mover_qp(&printed, "sender");
     sleep(Duration::from_millis(2500)); // a sample tick for the notification counts
     let done = tracer.stop();
     let events = done.events();
 
-    // ibv_rc_pingpong prints e.g. "Failed status transport retry counter exceeded (12) for wr_id 2".
+    // The program prints "wc error status 12 (transport retry counter exceeded) qpn 0x...".
     let status_num: u32 = printed
-        .lines()
-        .find(|l| l.contains("Failed status"))
-        .and_then(|l| l.split('(').nth(1))
-        .and_then(|s| s.split(')').next())
+        .split("wc error status ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no failed status in client output: {printed}"));
+        .unwrap_or_else(|| panic!("no error status in: {printed}"));
+    assert_eq!(status_num, 12, "{printed}");
     let errors = select(
         &events,
         "wc_error",
-        &[("dev", json!("rxe0")), ("qpn", json!(qpn))],
-    );
-    assert!(
-        !errors.is_empty(),
-        "no wc_error for rxe0 {qpn:#x}: {}",
-        done.stderr
-    );
-    let names = [
-        (12, "RETRY_EXC_ERR"),
-        (13, "RNR_RETRY_EXC_ERR"),
-        (5, "WR_FLUSH_ERR"),
-    ];
-    let want = names
-        .iter()
-        .find(|(n, _)| *n == status_num)
-        .map(|(_, s)| *s)
-        .unwrap_or_else(|| panic!("unexpected status {status_num}: {printed}"));
-    assert!(
-        errors.iter().any(|e| e["data"]["status"] == json!(want)),
-        "program saw status {status_num} ({want}); tracer: {errors:#?}"
+        &[("dev", json!(dev)), ("qpn", json!(qpn))],
     );
     assert!(
         errors
             .iter()
-            .all(|e| e["data"]["owner_pid"] == json!(client_pid)),
+            .any(|e| e["data"]["status"] == json!("RETRY_EXC_ERR")),
+        "program saw status 12 on {dev} {qpn:#x}; tracer: {errors:#?}\n{}",
+        done.stderr
+    );
+    assert!(
+        errors.iter().all(|e| e["data"]["owner_pid"] == json!(pid)),
         "{errors:#?}"
     );
-    // Completion-channel notifications of the client's CQ, owned by the client.
-    let notified: u64 = select(&events, "cq_event", &[("owner_pid", json!(client_pid))])
+    // Completion-channel notifications of the sender's CQ, owned by the program.
+    let notified: u64 = select(&events, "cq_event", &[("owner_pid", json!(pid))])
         .iter()
         .map(|e| e["data"]["notifications"].as_u64().unwrap_or(0))
         .sum();
-    assert!(notified > 0, "no cq_event for the -e client");
-    // Its MR: ibv_rc_pingpong registers its buffer for local write only.
-    let mrs = select(&events, "mr_reg", &[("owner_pid", json!(client_pid))]);
+    assert!(notified > 0, "no cq_event for the --events sender");
+    // Its MRs: the source buffer for local access only, the target also for remote writes.
+    let access: Vec<String> = select(&events, "mr_reg", &[("owner_pid", json!(pid))])
+        .iter()
+        .map(|e| e["data"]["access"].as_str().unwrap_or("").to_string())
+        .collect();
     assert!(
-        mrs.iter()
-            .any(|e| e["data"]["access"] == json!("LOCAL_WRITE")),
-        "{mrs:#?}"
+        access.contains(&"LOCAL_WRITE".to_string())
+            && access.contains(&"LOCAL_WRITE|REMOTE_WRITE".to_string()),
+        "{access:?}"
     );
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_blame_names_the_process_on_the_lossy_path_first() {
+    in_lab();
+    let file = std::env::temp_dir().join("blame.rdmt");
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path], READY_TIMEOUT);
+    // Two movers at once: A sends rxe0 -> rxe1 (out of NIC A), B sends rxe1 -> rxe0 (out of
+    // NIC B). Loss only on NIC A: A's data is dropped, B only loses some of its acks.
+    let (a, b) = {
+        let _loss = Loss::on("LAB_NIC_A", 5);
+        let b = std::thread::spawn(|| {
+            mover(
+                &[
+                    "--from-dev",
+                    "rxe1",
+                    "--to-dev",
+                    "rxe0",
+                    "--mib",
+                    "24",
+                    "--retry-cnt",
+                    "7",
+                ],
+                &[],
+            )
+        });
+        // Retry count 7: rxe retries forever, so the lossy path never fails the transfer.
+        let a = mover(
+            &[
+                "--from-dev",
+                "rxe0",
+                "--to-dev",
+                "rxe1",
+                "--mib",
+                "24",
+                "--retry-cnt",
+                "7",
+            ],
+            &[],
+        );
+        (a, b.join().expect("mover B"))
+    };
+    assert_eq!(a.2, Some(0), "A: {}", a.1);
+    assert_eq!(b.2, Some(0), "B: {}", b.1);
+    sleep(Duration::from_millis(1500));
+    let rec = recorder.stop();
+    assert!(rec.status.success(), "{}", rec.stderr);
+
+    let report = run(&["report", path, "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
+    let blame = r["data"]["blame"].as_array().expect("blame rows");
+    assert!(
+        !blame.is_empty(),
+        "5% loss on A's path must make A retransmit"
+    );
+    let (adev, aqpn) = mover_qp(&a.1, "sender");
+    let top = &blame[0];
+    assert_eq!(top["pid"], json!(a.0), "A ranks first: {blame:#?}");
+    assert_eq!(top["transport"], json!("rxe"), "{top}");
+    assert_eq!(
+        top["target"],
+        json!(format!("{adev} QPN {aqpn:#x}")),
+        "on its sending QP: {top}"
+    );
+    let count_of = |pid: u32| -> u64 {
+        blame
+            .iter()
+            .filter(|row| row["pid"] == json!(pid))
+            .map(|row| row["count"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    assert!(count_of(a.0) > count_of(b.0), "{blame:#?}");
+    // Both movers moved their data over RDMA.
+    let procs = r["data"]["processes"].as_array().expect("processes");
+    for (pid, _, _) in [&a, &b] {
+        let p = procs
+            .iter()
+            .find(|p| p["pid"] == json!(pid))
+            .unwrap_or_else(|| panic!("{pid} not in {procs:#?}"));
+        assert_eq!(p["verdict"], json!("rdma"), "{p}");
+    }
 }
 
 #[test]

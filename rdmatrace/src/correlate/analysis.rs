@@ -424,8 +424,7 @@ impl Analyzer {
                         rec,
                         "wc_error",
                         format!(
-                            "{} completion {} on CQ#{}{}",
-                            w.opcode,
+                            "completion {} on CQ#{}{}",
                             w.status,
                             w.cqn,
                             wc_status_hint(&w.status)

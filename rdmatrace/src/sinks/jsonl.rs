@@ -180,7 +180,6 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("qpn".into(), w.qp.qpn.into());
             d.insert("cqn".into(), w.cqn.into());
             d.insert("status".into(), w.status.clone().into());
-            d.insert("opcode".into(), w.opcode.clone().into());
             d.insert("vendor_err".into(), w.vendor_err.into());
             owner(&mut d, w.owner_pid, &w.owner_comm);
         }

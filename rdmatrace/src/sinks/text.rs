@@ -153,10 +153,7 @@ pub fn line(rec: &Record) -> String {
         ),
         Body::WcError(w) => (
             "wc_err",
-            format!(
-                "{} {} CQ#{} vendor_err {:#x}",
-                w.status, w.opcode, w.cqn, w.vendor_err
-            ),
+            format!("{} CQ#{} vendor_err {:#x}", w.status, w.cqn, w.vendor_err),
         ),
         Body::CqNotify(n) => (
             "cq_event",

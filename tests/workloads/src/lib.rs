@@ -184,7 +184,10 @@ impl Verbs {
             let mut cq_ctx = std::ptr::null_mut();
             // SAFETY: channel is live; both out-pointers are written by the call.
             if unsafe { ibv_get_cq_event(self.channel, &mut cq, &mut cq_ctx) } != 0 {
-                bail!("ibv_get_cq_event failed: {}", std::io::Error::last_os_error());
+                bail!(
+                    "ibv_get_cq_event failed: {}",
+                    std::io::Error::last_os_error()
+                );
             }
             self.unacked += 1;
         }

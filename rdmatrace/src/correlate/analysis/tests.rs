@@ -231,7 +231,6 @@ fn error_completions_are_one_anomaly_per_qp_and_status_and_all_counted() {
             qp: qp(0x11).key,
             cqn: 3,
             status: status.into(),
-            opcode: "SEND".into(),
             vendor_err: 0,
             owner_pid: 7,
             owner_comm: "app".into(),
