@@ -3,12 +3,9 @@
 //! flamegraph of FILE against OTHER. No privileges needed.
 
 use std::{
-    io::Write as _,
     path::{Path, PathBuf},
     process::ExitCode,
 };
-
-use anyhow::Context as _;
 
 use crate::{
     commands::replay::Replay,
@@ -55,11 +52,7 @@ pub fn run(cfg: &FlamegraphConfig) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    if cfg.output.as_os_str() == "-" {
-        std::io::stdout().lock().write_all(&bytes)?;
-    } else {
-        std::fs::write(&cfg.output, &bytes)
-            .with_context(|| format!("cannot write {}", cfg.output.display()))?;
+    if super::write_output(&cfg.output, &bytes)? {
         eprintln!(
             "rdmatrace: wrote {} ({} stacks, {} {})",
             cfg.output.display(),

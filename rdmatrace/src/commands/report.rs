@@ -3,38 +3,19 @@
 
 use std::{path::Path, process::ExitCode};
 
+use super::replay::Replay;
 use crate::{
-    clock::ClockAnchor,
-    correlate::{analysis::Analyzer, Correlator},
-    decode::decode,
-    recording::{reader::Recording, Entry},
+    correlate::analysis::Analyzer,
     sinks::report::{self, Source},
 };
 
 pub fn run(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let rec = Recording::open(path)?;
-    let anchor = ClockAnchor::fixed(i128::from(rec.header.clock_offset_ns));
-    let mut correlator = Correlator::new();
+    let replay = Replay::open(path)?;
     let mut analyzer = Analyzer::new();
-    let mut undecodable = 0u64;
-    let problems = rec.replay(|entry| {
-        let record = match entry {
-            Entry::Event(bytes) => match decode(bytes, &anchor) {
-                Ok(r) => r,
-                Err(_) => {
-                    undecodable += 1;
-                    return;
-                }
-            },
-            Entry::Lost { ts_ns, count } => crate::event::Record::lost(count, ts_ns, &anchor),
-        };
-        let mut record = record;
-        correlator.observe(&mut record);
-        analyzer.push(&record);
-    });
+    let replayed = replay.run(|record| analyzer.push(record));
     let src = Source {
-        hostname: rec.header.hostname.clone(),
-        kernel: rec.header.kernel.clone(),
+        hostname: replay.header().hostname.clone(),
+        kernel: replay.header().kernel.clone(),
     };
     let report = analyzer.finish();
     if json {
@@ -42,11 +23,6 @@ pub fn run(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", report::text(&report, &src));
     }
-    for p in &problems {
-        eprintln!("rdmatrace: {}: {p}", path.display());
-    }
-    if undecodable > 0 {
-        eprintln!("rdmatrace: {undecodable} records could not be decoded (recorded by a newer rdmatrace?)");
-    }
+    replayed.warn(path);
     Ok(ExitCode::SUCCESS)
 }

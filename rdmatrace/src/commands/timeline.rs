@@ -2,9 +2,7 @@
 //! Perfetto (native protobuf, default) or Chrome-JSON viewers. Several files (one per host) share
 //! one UTC time axis. No privileges needed.
 
-use std::{io::Write as _, path::PathBuf, process::ExitCode};
-
-use anyhow::Context as _;
+use std::{path::PathBuf, process::ExitCode};
 
 use crate::{
     commands::replay::Replay,
@@ -51,11 +49,7 @@ pub fn run(cfg: &TimelineConfig) -> anyhow::Result<ExitCode> {
             v
         }
     };
-    if cfg.output.as_os_str() == "-" {
-        std::io::stdout().lock().write_all(&bytes)?;
-    } else {
-        std::fs::write(&cfg.output, &bytes)
-            .with_context(|| format!("cannot write {}", cfg.output.display()))?;
+    if super::write_output(&cfg.output, &bytes)? {
         eprintln!(
             "rdmatrace: wrote {} ({} tracks, {} events, {} bytes)",
             cfg.output.display(),
