@@ -28,11 +28,14 @@ pub enum EventKind {
     QpTraffic = 101,
     Counter = 102,
     CqNotify = 103,
+    QpRes = 104,
+    QpCounter = 105,
+    Port = 106,
 }
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 19] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
@@ -49,6 +52,9 @@ impl EventKind {
         EventKind::QpTraffic,
         EventKind::Counter,
         EventKind::CqNotify,
+        EventKind::QpRes,
+        EventKind::QpCounter,
+        EventKind::Port,
     ];
 
     pub const fn from_raw(raw: u32) -> Option<EventKind> {
@@ -69,6 +75,9 @@ impl EventKind {
             101 => Some(EventKind::QpTraffic),
             102 => Some(EventKind::Counter),
             103 => Some(EventKind::CqNotify),
+            104 => Some(EventKind::QpRes),
+            105 => Some(EventKind::QpCounter),
+            106 => Some(EventKind::Port),
             _ => None,
         }
     }
@@ -451,6 +460,82 @@ pub struct CounterSample {
 }
 const _: () = assert!(core::mem::size_of::<CounterSample>() == 40 + 64 + 8 + 48 + 16);
 
+/// How a [`QpResSample`] row differs from the previous sample of the QP resource table.
+pub mod qp_res_change {
+    /// Present in the first sample (the QP is older than the trace).
+    pub const PRESENT: u32 = 0;
+    pub const NEW: u32 = 1;
+    /// State, remote QPN or PSNs changed.
+    pub const CHANGED: u32 = 2;
+    pub const GONE: u32 = 3;
+}
+
+/// A row of the kernel's QP resource table (rdma netlink `RES_QP_GET`, what
+/// `rdma resource show qp` prints) that appeared, changed or vanished. `header.pid` is the
+/// owner the kernel recorded (0 for a kernel QP), `header.comm` its name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpResSample {
+    pub header: EventHeader,
+    pub qp: QpIdent,
+    pub port: u32,
+    /// `u32::MAX` when the kernel gave none (unconnected QP types).
+    pub rqpn: u32,
+    pub sq_psn: u32,
+    /// `u32::MAX` when the kernel gave none.
+    pub rq_psn: u32,
+    /// `enum ib_qp_state`.
+    pub state: u32,
+    /// A [`qp_res_change`] value.
+    pub change: u32,
+}
+const _: () = assert!(core::mem::size_of::<QpResSample>() == 40 + 72 + 24);
+
+/// QPNs of a per-QP counter kept in a [`QpCounterSample`].
+pub const COUNTER_QPNS: usize = 8;
+
+/// A per-QP statistic counter (rdma netlink `STAT_GET`, bound in auto or manual mode) that
+/// moved: one record per counter name. `header.pid`: the counter's owner when bound per
+/// process, else 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCounterSample {
+    pub header: EventHeader,
+    pub dev: [u8; DEV_NAME_LEN],
+    pub port: u32,
+    pub counter_id: u32,
+    /// The first [`COUNTER_QPNS`] QPs bound to the counter.
+    pub qpns: [u32; COUNTER_QPNS],
+    /// How many QPs are bound (may exceed [`COUNTER_QPNS`]).
+    pub nqpns: u32,
+    pub _pad: u32,
+    pub name: [u8; COUNTER_NAME_LEN],
+    pub value: u64,
+    pub delta: u64,
+}
+const _: () = assert!(core::mem::size_of::<QpCounterSample>() == 40 + 64 + 8 + 32 + 8 + 48 + 16);
+
+/// An RDMA port as sysfs shows it, sampled at the start and whenever it changes: state and
+/// the active MTU (for RoCE estimated from the netdev MTU the way drivers derive it; 0 when
+/// unknown, e.g. InfiniBand without a query).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortSample {
+    pub header: EventHeader,
+    pub dev: [u8; DEV_NAME_LEN],
+    pub port: u32,
+    /// `enum ib_port_state` (1 DOWN .. 4 ACTIVE), 0 unknown.
+    pub state: u32,
+    /// Bytes (256 .. 4096), 0 unknown.
+    pub active_mtu: u32,
+    /// MTU of the netdev under a RoCE port, 0 for none.
+    pub netdev_mtu: u32,
+    /// `Ethernet` or `InfiniBand`, NUL padded.
+    pub link_layer: [u8; 16],
+    pub netdev: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<PortSample>() == 40 + 64 + 16 + 32);
+
 /// Value of a state field that the caller did not set.
 pub const STATE_UNKNOWN: u32 = u32::MAX;
 
@@ -524,4 +609,10 @@ mod pod {
     unsafe impl aya::Pod for CqNotify {}
     // SAFETY: as above.
     unsafe impl aya::Pod for CqNotifySample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for QpResSample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for QpCounterSample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for PortSample {}
 }

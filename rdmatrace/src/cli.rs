@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    commands::{record::RecordConfig, verdict::VerdictConfig},
+    commands::{record::RecordConfig, top::TopConfig, verdict::VerdictConfig},
     config::{Format, TraceConfig},
     correlate::filter::Filter,
 };
@@ -37,6 +37,8 @@ pub enum Command {
     /// Watch, then say per process: rdma, tcp_fallback, tcp, mixed or idle, with evidence.
     /// Exits 3 when a watched process fell back to TCP.
     Verdict(VerdictArgs),
+    /// A live table per process and QP (verdict, state, rates, retransmits), refreshed like top.
+    Top(TopArgs),
     /// What this host allows: kernel, BTF, privileges, RDMA devices, every probe and counter source.
     Doctor {
         #[arg(long)]
@@ -70,6 +72,45 @@ pub struct RecordArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Only this process (filtered in the kernel).
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+    /// Seconds between frames (whole seconds, at least 1).
+    #[arg(long, short = 'd', default_value_t = 2)]
+    pub delay: u64,
+    /// Stop after this many frames.
+    #[arg(long, short = 'n')]
+    pub iterations: Option<u64>,
+    /// Print frames one after another instead of redrawing the screen (as `top -b`).
+    #[arg(long, short = 'b')]
+    pub batch: bool,
+    /// Processes shown at most (the busiest first).
+    #[arg(long, default_value_t = 20)]
+    pub max_processes: usize,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
+impl TopArgs {
+    pub fn to_config(&self) -> Result<TopConfig, String> {
+        if self.delay == 0 {
+            return Err("--delay must be at least 1 second".into());
+        }
+        Ok(TopConfig {
+            pid: self.pid,
+            interval: Duration::from_secs(self.delay),
+            iterations: self.iterations,
+            batch: self.batch,
+            max_procs: self.max_processes.max(1),
+            ringbuf_bytes: self.probe.ringbuf_size,
+            btf_dir: self.probe.btf_dir.clone(),
+            bind_qp_counters: self.probe.bind_qp_counters,
+        })
+    }
+}
+
+#[derive(Args, Debug)]
 pub struct VerdictArgs {
     /// Only this process.
     #[arg(long, short = 'p', conflicts_with = "command")]
@@ -96,6 +137,7 @@ impl VerdictArgs {
             json: self.json,
             ringbuf_bytes: self.probe.ringbuf_size,
             btf_dir: self.probe.btf_dir.clone(),
+            bind_qp_counters: self.probe.bind_qp_counters,
         })
     }
 }
@@ -119,6 +161,7 @@ impl RecordArgs {
             command: self.command.clone(),
             ringbuf_bytes: self.probe.ringbuf_size,
             btf_dir: self.probe.btf_dir.clone(),
+            bind_qp_counters: self.probe.bind_qp_counters,
         })
     }
 }
@@ -159,6 +202,12 @@ pub struct ProbeArgs {
     /// Where the kernel's BTF lives.
     #[arg(long, default_value = "/sys/kernel/btf", hide = true)]
     pub btf_dir: PathBuf,
+    /// Bind per-QP statistic counters over rdma netlink (auto mode, or one counter per
+    /// existing QP) so retransmit counters can be blamed on a QP; changes the host's counter
+    /// mode, so it is announced and undone at exit. Drivers without per-QP counters (rxe) say
+    /// so and nothing changes.
+    #[arg(long)]
+    pub bind_qp_counters: bool,
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {
@@ -203,6 +252,7 @@ impl TraceArgs {
             duration,
             ringbuf_bytes: self.probe.ringbuf_size,
             btf_dir: self.probe.btf_dir.clone(),
+            bind_qp_counters: self.probe.bind_qp_counters,
         })
     }
 }

@@ -17,4 +17,6 @@ pub struct TraceConfig {
     pub duration: Option<Duration>,
     pub ringbuf_bytes: u32,
     pub btf_dir: PathBuf,
+    /// Bind per-QP counters over rdma netlink (undone at exit).
+    pub bind_qp_counters: bool,
 }

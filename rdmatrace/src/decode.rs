@@ -4,19 +4,20 @@ use std::mem::size_of;
 
 use rdmatrace_common::event::{
     async_source, attr_mask as mask, element, reason, transport, AsyncEvent as RawAsync,
-    CmEvent as RawCm, CounterSample, CqNotifySample, EventHeader, EventKind, ProcessEvent,
-    QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpTrafficSample, ResourceEvent,
-    RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp, WcErrorEvent,
-    QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    CmEvent as RawCm, CounterSample, CqNotifySample, EventHeader, EventKind, PortSample,
+    ProcessEvent, QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent,
+    QpResSample, QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent,
+    TcpTuple as RawTcp, WcErrorEvent, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
 };
 
 use crate::{
     clock::ClockAnchor,
     event::{
-        cm_event_name, ib_event_name, mlx5_event_name, wc_status_name, AsyncElement, AsyncEvent,
-        Body, CmEvent, CounterDelta, CqNotifyDelta, ModifyAttrs, MrInfo, QpInfo, QpKey, QpState,
-        QpTrafficDelta, Record, ResType, Resource, Retransmit, TcpBytesDelta, TcpState, TcpTuple,
-        Transport, WcError,
+        cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
+        AsyncElement, AsyncEvent, Body, CmEvent, CounterDelta, CqNotifyDelta, ModifyAttrs, MrInfo,
+        PortInfo, QpCounterDelta, QpInfo, QpKey, QpResRow, QpState, QpTrafficDelta, Record,
+        ResChange, ResType, Resource, Retransmit, TcpBytesDelta, TcpState, TcpTuple, Transport,
+        WcError,
     },
 };
 
@@ -364,6 +365,47 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 count: n.count,
                 owner_pid: n.owner_pid,
                 owner_comm: c_str(&n.owner_comm),
+            });
+            (ev.header, body)
+        }
+        EventKind::QpRes => {
+            let ev: QpResSample = read(bytes, kind)?;
+            let body = Body::QpRes(QpResRow {
+                qp: qp_info(&ev.qp),
+                port: ev.port,
+                rqpn: (ev.rqpn != u32::MAX).then_some(ev.rqpn),
+                sq_psn: ev.sq_psn,
+                rq_psn: (ev.rq_psn != u32::MAX).then_some(ev.rq_psn),
+                state: QpState::from_raw(ev.state),
+                change: ResChange::from_raw(ev.change),
+            });
+            (ev.header, body)
+        }
+        EventKind::QpCounter => {
+            let ev: QpCounterSample = read(bytes, kind)?;
+            let kept = (ev.nqpns as usize).min(ev.qpns.len());
+            let body = Body::QpCounter(QpCounterDelta {
+                dev: c_str(&ev.dev),
+                port: ev.port,
+                counter_id: ev.counter_id,
+                qpns: ev.qpns[..kept].to_vec(),
+                nqpns: ev.nqpns,
+                name: c_str(&ev.name),
+                value: ev.value,
+                delta: ev.delta,
+            });
+            (ev.header, body)
+        }
+        EventKind::Port => {
+            let ev: PortSample = read(bytes, kind)?;
+            let body = Body::Port(PortInfo {
+                dev: c_str(&ev.dev),
+                port: ev.port,
+                state: port_state_name(ev.state),
+                active_mtu: (ev.active_mtu != 0).then_some(ev.active_mtu),
+                netdev_mtu: (ev.netdev_mtu != 0).then_some(ev.netdev_mtu),
+                link_layer: c_str(&ev.link_layer),
+                netdev: c_str(&ev.netdev),
             });
             (ev.header, body)
         }

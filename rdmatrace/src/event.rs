@@ -490,6 +490,89 @@ pub struct CounterDelta {
     pub delta: u64,
 }
 
+/// How a QP resource-table row changed since the previous sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResChange {
+    /// In the first sample: the QP is older than the trace.
+    Present,
+    New,
+    Changed,
+    Gone,
+}
+
+impl ResChange {
+    pub fn from_raw(raw: u32) -> ResChange {
+        use rdmatrace_common::event::qp_res_change as c;
+        match raw {
+            c::NEW => ResChange::New,
+            c::CHANGED => ResChange::Changed,
+            c::GONE => ResChange::Gone,
+            _ => ResChange::Present,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ResChange::Present => "present",
+            ResChange::New => "new",
+            ResChange::Changed => "changed",
+            ResChange::Gone => "gone",
+        }
+    }
+}
+
+/// A row of the kernel's QP resource table (rdma netlink), as it appeared, changed or went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpResRow {
+    pub qp: QpInfo,
+    pub port: u32,
+    pub rqpn: Option<u32>,
+    pub sq_psn: u32,
+    pub rq_psn: Option<u32>,
+    /// `None` for a value outside `enum ib_qp_state`.
+    pub state: Option<QpState>,
+    pub change: ResChange,
+}
+
+/// A per-QP statistic counter (rdma netlink) that moved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpCounterDelta {
+    pub dev: String,
+    pub port: u32,
+    pub counter_id: u32,
+    /// QPs bound to the counter (the first few when many are).
+    pub qpns: Vec<u32>,
+    pub nqpns: u32,
+    pub name: String,
+    pub value: u64,
+    pub delta: u64,
+}
+
+/// An RDMA port's state and active MTU (sampled at start and on change).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    pub dev: String,
+    pub port: u32,
+    /// `DOWN`, `INIT`, `ARMED`, `ACTIVE`, `ACTIVE_DEFER` or `?`.
+    pub state: &'static str,
+    /// Bytes; `None` when unknown.
+    pub active_mtu: Option<u32>,
+    pub netdev_mtu: Option<u32>,
+    pub link_layer: String,
+    pub netdev: String,
+}
+
+pub fn port_state_name(raw: u32) -> &'static str {
+    match raw {
+        1 => "DOWN",
+        2 => "INIT",
+        3 => "ARMED",
+        4 => "ACTIVE",
+        5 => "ACTIVE_DEFER",
+        _ => "?",
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
     QpCreate {
@@ -522,6 +605,9 @@ pub enum Body {
     TcpState(TcpState),
     WcError(WcError),
     CqNotify(CqNotifyDelta),
+    QpRes(QpResRow),
+    QpCounter(QpCounterDelta),
+    Port(PortInfo),
     /// Events the kernel could not deliver (ring buffer full) since the previous report.
     Lost {
         count: u64,
@@ -554,6 +640,9 @@ impl Body {
             Body::TcpState(_) => "tcp_state",
             Body::WcError(_) => "wc_error",
             Body::CqNotify(_) => "cq_event",
+            Body::QpRes(_) => "qp_res",
+            Body::QpCounter(_) => "qp_counter",
+            Body::Port(_) => "port",
             Body::Lost { .. } => "lost",
         }
     }
@@ -565,6 +654,7 @@ impl Body {
             }
             Body::Retransmit(r) => r.qp.as_ref(),
             Body::QpTraffic(t) => Some(&t.qp),
+            Body::QpRes(r) => Some(&r.qp),
             _ => None,
         }
     }
@@ -593,6 +683,8 @@ impl Record {
             Body::Counter(c) => Some(&c.dev),
             Body::WcError(w) => Some(&w.qp.dev),
             Body::CqNotify(n) => Some(&n.dev),
+            Body::QpCounter(c) => Some(&c.dev),
+            Body::Port(p) => Some(&p.dev),
             b => b.qp().map(|q| q.key.dev.as_str()),
         }
     }
@@ -606,6 +698,7 @@ impl Record {
             }) => Some(k.qpn),
             Body::Cm(c) if c.qpn != 0 => Some(c.qpn),
             Body::WcError(w) if w.qp.qpn != 0 => Some(w.qp.qpn),
+            Body::QpCounter(c) if c.nqpns == 1 => c.qpns.first().copied(),
             b => b.qp().map(|q| q.key.qpn),
         }
     }

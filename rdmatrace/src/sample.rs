@@ -11,7 +11,7 @@ use std::{
 use aya::maps::{MapData, PerCpuHashMap};
 use rdmatrace_common::{
     event::{
-        CounterSample, CqNotify, CqNotifySample, EventHeader, EventKind, QpTraffic,
+        CounterSample, CqNotify, CqNotifySample, EventHeader, EventKind, PortSample, QpTraffic,
         QpTrafficSample, TcpBytes, TcpBytesSample, COUNTER_NAME_LEN,
     },
     limits::DEV_NAME_LEN,
@@ -100,6 +100,8 @@ pub struct Sampler {
     prev_qp: HashMap<u64, QpTraffic>,
     prev_cq: HashMap<u64, CqNotify>,
     prev_counters: HashMap<CounterKey, u64>,
+    netlink: Option<crate::netlink::sampler::NetlinkSampler>,
+    prev_ports: HashMap<(String, u32), crate::ports::Port>,
 }
 
 fn sum_tcp(per_cpu: impl Iterator<Item = TcpBytes>) -> Option<TcpBytes> {
@@ -180,15 +182,41 @@ impl Sampler {
             prev_qp: HashMap::new(),
             prev_cq: HashMap::new(),
             prev_counters: HashMap::new(),
+            netlink: None,
+            prev_ports: HashMap::new(),
         };
         // Baselines: report what happens from now on, not since boot.
         let _ = s.poll(0);
         s
     }
 
+    /// Adds the rdma netlink sources (QP resource table, per-QP counters). They are not
+    /// baselined: the first sample lists every QP that exists, so QPs older than the trace
+    /// get an owner and a state.
+    pub fn with_netlink(&mut self, netlink: crate::netlink::sampler::NetlinkSampler) {
+        self.netlink = Some(netlink);
+    }
+
+    /// Problems of a sample source, each said once.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        self.netlink
+            .as_mut()
+            .map(|n| n.take_warnings())
+            .unwrap_or_default()
+    }
+
+    /// Undoes what the sources changed on the host (counter binding); returns what could not
+    /// be undone.
+    pub fn finish(&mut self) -> Vec<String> {
+        self.netlink.take().map(|n| n.finish()).unwrap_or_default()
+    }
+
     /// Records for everything that moved since the previous call.
     pub fn poll(&mut self, ts_ns: u64) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
+        if let (Some(nl), true) = (&mut self.netlink, ts_ns != 0) {
+            out.extend(nl.poll(ts_ns));
+        }
         if let Some(map) = &self.tcp {
             for (pid, per_cpu) in map.iter().filter_map(Result::ok) {
                 let Some(total) = sum_tcp(per_cpu.iter().copied()) else {
@@ -262,6 +290,26 @@ impl Sampler {
                         notify: delta,
                     }));
                 }
+            }
+        }
+        if let (Some(root), true) = (&self.counters_root, ts_ns != 0) {
+            // Not baselined: the first sample says what every port is like.
+            for p in crate::ports::read_ports(root, Path::new("/sys/class/net")) {
+                let key = (p.dev.clone(), p.port);
+                if self.prev_ports.get(&key) == Some(&p) {
+                    continue;
+                }
+                out.push(pod_bytes(&PortSample {
+                    header: header(EventKind::Port, ts_ns, 0, [0; 16]),
+                    dev: fixed::<DEV_NAME_LEN>(&p.dev),
+                    port: p.port,
+                    state: p.state,
+                    active_mtu: p.active_mtu,
+                    netdev_mtu: p.netdev_mtu,
+                    link_layer: fixed::<16>(&p.link_layer),
+                    netdev: fixed::<16>(&p.netdev),
+                }));
+                self.prev_ports.insert(key, p);
             }
         }
         if let Some(root) = &self.counters_root {

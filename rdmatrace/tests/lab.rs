@@ -1055,3 +1055,226 @@ fn lab_recorder_killed_with_sigkill_leaves_a_replayable_file() {
         replay.stderr
     );
 }
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_qp_table_names_qps_older_than_the_trace_and_qps_the_driver_put_in_err() {
+    in_lab();
+    // A: moves its data before the recorder starts, then holds its QPs in RTS.
+    let mut old = Command::new(workload("rt-mover"))
+        .args(["--mib", "4", "--linger-secs", "300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rt-mover A");
+    let old_pid = old.id();
+    let mut a_out = String::new();
+    {
+        use std::io::BufRead as _;
+        let mut lines = std::io::BufReader::new(old.stdout.take().expect("stdout")).lines();
+        for line in lines.by_ref() {
+            let line = line.expect("rt-mover A output");
+            a_out += &line;
+            a_out += "\n";
+            if line.contains("moved") {
+                break;
+            }
+        }
+    }
+    assert!(a_out.contains("moved"), "A did not finish moving: {a_out}");
+    let file = std::env::temp_dir().join("qp-table.rdmt");
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path], READY_TIMEOUT);
+    // B: its peer QP dies, its single retry runs out, rxe moves its QP to ERR (no modify from
+    // the program); it keeps the broken QP a few seconds, as a hung job would.
+    let (b_pid, b_out, code) = mover(
+        &[
+            "--mib",
+            "64",
+            "--retry-cnt",
+            "1",
+            "--kill-peer-after-mib",
+            "4",
+            "--linger-secs",
+            "3",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2), "B must see an error completion: {b_out}");
+    sleep(Duration::from_millis(1500));
+    let rec = recorder.stop();
+    let _ = old.kill();
+    let _ = old.wait();
+    assert!(rec.status.success(), "{}", rec.stderr);
+
+    let replay = run(&["trace", "--input", path, "--json"]);
+    assert!(replay.status.success(), "{}", replay.stderr);
+    let events = replay.events();
+    // A's QPs, as the program printed them, with its PID, RTS and each other as remote QPN.
+    let (sdev, sqpn) = mover_qp(&a_out, "sender");
+    let (rdev, rqpn) = mover_qp(&a_out, "receiver");
+    for (dev, qpn, peer) in [(&sdev, sqpn, rqpn), (&rdev, rqpn, sqpn)] {
+        let rows = select(
+            &events,
+            "qp_res",
+            &[
+                ("dev", json!(dev)),
+                ("qpn", json!(qpn)),
+                ("pid", json!(old_pid)),
+            ],
+        );
+        let present = rows
+            .iter()
+            .find(|e| e["data"]["change"] == json!("present"))
+            .unwrap_or_else(|| panic!("no present row for A's {dev} {qpn:#x}: {rows:#?}"));
+        assert_eq!(present["data"]["state"], json!("RTS"), "{present}");
+        assert_eq!(present["data"]["rqpn"], json!(peer), "{present}");
+        assert_eq!(present["data"]["comm"], json!("rt-mover"), "{present}");
+    }
+    // B's sender went to ERR without a modify from B: only the QP table can tell.
+    let (bdev, bqpn) = mover_qp(&b_out, "sender");
+    let to_err = select(
+        &events,
+        "qp_res",
+        &[
+            ("dev", json!(bdev)),
+            ("qpn", json!(bqpn)),
+            ("state", json!("ERR")),
+        ],
+    );
+    assert!(
+        to_err.iter().any(|e| e["data"]["pid"] == json!(b_pid)),
+        "no ERR row for B's sender {bdev} {bqpn:#x}: {to_err:#?}"
+    );
+    let modified_to_err = select(
+        &events,
+        "qp_modify",
+        &[
+            ("dev", json!(bdev)),
+            ("qpn", json!(bqpn)),
+            ("new_state", json!("ERR")),
+        ],
+    );
+    assert!(modified_to_err.is_empty(), "{modified_to_err:#?}");
+
+    let report = run(&["report", path, "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
+    let qps = r["data"]["qps"].as_array().expect("qps");
+    assert!(
+        qps.iter().any(|q| q["owner_pid"] == json!(old_pid)
+            && q["qpn"] == json!(sqpn)
+            && q["state"] == json!("RTS")),
+        "A's QP (older than the recording) is in the QP table: {qps:#?}"
+    );
+    let anomalies = r["data"]["anomalies"].as_array().expect("anomalies");
+    let err = anomalies
+        .iter()
+        .find(|a| a["kind"] == json!("qp_err") && a["qpn"] == json!(bqpn))
+        .unwrap_or_else(|| panic!("no qp_err anomaly for B: {anomalies:#?}"));
+    assert_eq!(err["pid"], json!(b_pid), "{err}");
+    let detail = err["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("by the driver") && detail.contains("RETRY_EXC_ERR"),
+        "{detail}"
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_path_mtu_above_the_port_mtu_is_named_as_the_cause() {
+    in_lab();
+    let file = std::env::temp_dir().join("mtu.rdmt");
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path], READY_TIMEOUT);
+    // The lab's netdevs have MTU 1500, so rxe's active MTU is 1024: asking for 4096 fails RTR.
+    let server = Command::new("ibv_rc_pingpong")
+        .args(["-d", "rxe1", "-g", "1", "-m", "4096", "-n", "5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ibv_rc_pingpong server");
+    let server_pid = server.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let client_out = loop {
+        let o = Command::new("ibv_rc_pingpong")
+            .args([
+                "-d",
+                "rxe0",
+                "-g",
+                "1",
+                "-m",
+                "4096",
+                "-n",
+                "5",
+                "192.0.2.2",
+            ])
+            .output()
+            .expect("run ibv_rc_pingpong client");
+        let t = text(&o);
+        if !t.contains("Couldn't connect") || Instant::now() > deadline {
+            break t;
+        }
+        sleep(Duration::from_millis(300));
+    };
+    let server_out = server.wait_with_output().expect("server output");
+    assert!(
+        text(&server_out).contains("Failed to modify QP to RTR")
+            || client_out.contains("Failed to modify QP to RTR"),
+        "a 4096 MTU must be refused at RTR: server {} client {client_out}",
+        text(&server_out)
+    );
+    sleep(Duration::from_millis(1200));
+    let rec = recorder.stop();
+    assert!(rec.status.success(), "{}", rec.stderr);
+    let report = run(&["report", path, "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
+    let anomalies = r["data"]["anomalies"].as_array().expect("anomalies");
+    let failed: Vec<&Value> = anomalies
+        .iter()
+        .filter(|a| a["kind"] == json!("qp_modify_failed"))
+        .collect();
+    assert!(!failed.is_empty(), "{anomalies:#?}");
+    let server_side = failed
+        .iter()
+        .find(|a| a["pid"] == json!(server_pid))
+        .unwrap_or_else(|| panic!("no failed modify of the server {server_pid}: {failed:#?}"));
+    let detail = server_side["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("INIT->RTR")
+            && detail.contains("path MTU 4096 above the active MTU of rxe1 port 1 (1024"),
+        "{detail}"
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_top_shows_the_moving_process_and_its_qps_with_rates() {
+    in_lab();
+    let top = start(&["top", "--batch", "--delay", "1"], READY_TIMEOUT);
+    let (pid, out, code) = mover(&["--mib", "48", "--linger-secs", "3"], &[]);
+    assert_eq!(code, Some(0), "{out}");
+    let done = top.stop();
+    let (sdev, sqpn) = mover_qp(&out, "sender");
+    let frames: Vec<&str> = done.stdout.split("rdmatrace top - ").skip(1).collect();
+    assert!(
+        frames.len() >= 2,
+        "frames: {}\n{}",
+        frames.len(),
+        done.stderr
+    );
+    let qp_row = format!("{sdev:<8} {sqpn:#08x} RC  RTS");
+    // A frame while it moved: its process row says rdma, its sender QP is RTS and sends.
+    let busy = frames.iter().find(|f| {
+        f.lines()
+            .any(|l| l.starts_with(&format!("{pid:<7} rt-mover")) && l.contains("rdma"))
+            && f.lines()
+                .any(|l| l.contains(&qp_row) && !l.contains("tx        0 B/s"))
+    });
+    assert!(
+        busy.is_some(),
+        "no frame shows {pid} moving on {qp_row}:\n{}",
+        done.stdout
+    );
+}

@@ -169,12 +169,59 @@ fn host_checks() -> Vec<Check> {
             Some("no RDMA device: `cargo xtask lab` gives a Soft-RoCE one in a VM"),
         ));
     }
+    c.extend(netlink_checks());
+    c
+}
+
+/// The rdma netlink sources: the QP resource table and per-QP counter modes (read only).
+fn netlink_checks() -> Vec<Check> {
+    use crate::netlink::{nldev, RdmaNetlink};
+    let mut c = Vec::new();
+    let devices = RdmaNetlink::open().and_then(|mut nl| {
+        let devs = nl.devices()?;
+        Ok((nl, devs))
+    });
+    let (mut nl, devs) = match devices {
+        Ok(x) => x,
+        Err(e) => {
+            c.push(check(
+                Level::Off,
+                "rdma netlink",
+                e.to_string(),
+                Some("no QP resource table: QPs older than a trace keep an unknown owner"),
+            ));
+            return c;
+        }
+    };
     c.push(check(
-        Level::Off,
-        "per-QP hardware counters",
-        "rdma netlink statistic binding is not implemented yet",
-        Some("port counters are sampled; rxe per-QP traffic comes from rxe_xmit_packet"),
+        Level::Ok,
+        "rdma netlink QP table",
+        format!("readable ({} devices); sampled every second", devs.len()),
+        None,
     ));
+    for d in &devs {
+        for port in 1..=d.ports.max(1) {
+            let item = format!("per-QP counters {}/{port}", d.name);
+            match nl.counter_mode(d, port) {
+                Ok((nldev::COUNTER_MODE_NONE, _)) => c.push(check(
+                    Level::Off,
+                    item,
+                    "not bound (mode none)",
+                    Some("`--bind-qp-counters` binds them for a trace and unbinds at exit (drivers with q-counters, e.g. mlx5)"),
+                )),
+                Ok((mode, mask)) => c.push(check(
+                    Level::Ok,
+                    item,
+                    format!(
+                        "{} mode, mask {mask:#x}: read every second",
+                        if mode == nldev::COUNTER_MODE_AUTO { "auto" } else { "manual" }
+                    ),
+                    None,
+                )),
+                Err(e) => c.push(check(Level::Off, item, e.to_string(), None)),
+            }
+        }
+    }
     c
 }
 

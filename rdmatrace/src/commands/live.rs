@@ -67,8 +67,13 @@ pub async fn run(
             Wake::Tick => {
                 let now = monotonic_ns();
                 consumer.lost(source.lost_since_last(), now);
-                for sample in sampler.as_mut().map(|s| s.poll(now)).unwrap_or_default() {
-                    consumer.raw(&sample);
+                if let Some(s) = sampler.as_mut() {
+                    for sample in s.poll(now) {
+                        consumer.raw(&sample);
+                    }
+                    for w in s.take_warnings() {
+                        eprintln!("rdmatrace: {w}");
+                    }
                 }
                 consumer.tick();
             }
@@ -84,8 +89,13 @@ pub async fn run(
     source.drain_now(&mut |b| consumer.raw(b));
     let now = monotonic_ns();
     consumer.lost(source.lost_since_last(), now);
-    for sample in sampler.map(|s| s.poll(now)).unwrap_or_default() {
-        consumer.raw(&sample);
+    if let Some(s) = sampler {
+        for sample in s.poll(now) {
+            consumer.raw(&sample);
+        }
+        for w in s.take_warnings().into_iter().chain(s.finish()) {
+            eprintln!("rdmatrace: {w}");
+        }
     }
     Ok(end)
 }
@@ -122,6 +132,26 @@ pub fn loss_advice(lost: u64) {
              consider a larger ring buffer (--ringbuf-size)"
         );
     }
+}
+
+/// The sampler every live command uses: kernel aggregates, sysfs port counters and, when the
+/// kernel has RDMA netlink, the QP resource table (and per-QP counters, bound only with
+/// `bind_qp_counters`). A source that cannot open is said once; the rest still sample.
+pub fn sampler(tracer: &mut crate::loader::Tracer, bind_qp_counters: bool) -> Sampler {
+    let mut sampler = Sampler::new(tracer, Some(COUNTERS_ROOT.into()));
+    let has_rdma = std::path::Path::new(COUNTERS_ROOT)
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some());
+    if has_rdma || bind_qp_counters {
+        match crate::netlink::sampler::NetlinkSampler::open(bind_qp_counters) {
+            Ok(n) => sampler.with_netlink(n),
+            Err(e) => eprintln!("rdmatrace: QP resource table off: {e}"),
+        }
+    }
+    for w in sampler.take_warnings() {
+        eprintln!("rdmatrace: {w}");
+    }
+    sampler
 }
 
 /// Where RDMA port counters live.

@@ -6,6 +6,7 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod timeline;
+pub mod top;
 pub mod trace;
 pub mod verdict;
 

@@ -11,7 +11,6 @@ use crate::{
     commands::live::{self, Consumer, End},
     loader,
     recording::{writer::RecordingWriter, Header},
-    sample::Sampler,
     source::RingSource,
 };
 
@@ -23,6 +22,8 @@ pub struct RecordConfig {
     pub command: Vec<String>,
     pub ringbuf_bytes: u32,
     pub btf_dir: PathBuf,
+    /// Bind per-QP counters over rdma netlink (undone at exit).
+    pub bind_qp_counters: bool,
 }
 
 pub const READY_LINE: &str = "Recording RDMA events... Hit Ctrl-C to end.";
@@ -105,7 +106,7 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         error: None,
     };
     let mut source = RingSource::new(&mut tracer)?;
-    let mut sampler = Sampler::new(&mut tracer, Some(live::COUNTERS_ROOT.into()));
+    let mut sampler = live::sampler(&mut tracer, cfg.bind_qp_counters);
 
     let mut child = live::spawn_traced(&mut tracer, &cfg.command)?;
     eprintln!("{READY_LINE}");

@@ -16,7 +16,6 @@ use crate::{
     loader::{self, LoadOptions},
     pipeline::Pipeline,
     recording::{reader::Recording, Entry},
-    sample::Sampler,
     sinks::{jsonl::JsonlSink, text::TextSink, Sink},
     source::RingSource,
 };
@@ -77,7 +76,7 @@ async fn run_live(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
     let mut tracer = loader::load(&opts, loader::all_areas())?;
     live::announce(&tracer.report);
     let mut source = RingSource::new(&mut tracer)?;
-    let mut sampler = Sampler::new(&mut tracer, Some(live::COUNTERS_ROOT.into()));
+    let mut sampler = live::sampler(&mut tracer, cfg.bind_qp_counters);
     let mut pipeline = Pipeline::new(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format));
     pipeline.sink.start().context("cannot write output")?;
     eprintln!("{READY_LINE}");

@@ -14,7 +14,6 @@ use crate::{
     decode::decode,
     event::Record,
     loader,
-    sample::Sampler,
     sinks::report::{verdict_json, verdict_text},
     source::RingSource,
 };
@@ -30,6 +29,8 @@ pub struct VerdictConfig {
     pub json: bool,
     pub ringbuf_bytes: u32,
     pub btf_dir: PathBuf,
+    /// Bind per-QP counters over rdma netlink (undone at exit).
+    pub bind_qp_counters: bool,
 }
 
 struct Watch {
@@ -66,7 +67,7 @@ async fn run_async(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
     let mut tracer = loader::load(&opts, loader::all_areas())?;
     live::announce(&tracer.report);
     let mut source = RingSource::new(&mut tracer)?;
-    let mut sampler = Sampler::new(&mut tracer, Some(live::COUNTERS_ROOT.into()));
+    let mut sampler = live::sampler(&mut tracer, cfg.bind_qp_counters);
     let mut watch = Watch {
         anchor: ClockAnchor::now(),
         correlator: Correlator::new(),

@@ -126,7 +126,8 @@ pub struct Report {
     pub anomalies: Vec<Anomaly>,
 }
 
-#[derive(Default)]
+/// Cloneable so a live view (`top`) can take a report now and keep accumulating.
+#[derive(Clone, Default)]
 pub struct Analyzer {
     procs: BTreeMap<u32, ProcStats>,
     live: HashMap<QpKey, usize>,
@@ -136,6 +137,11 @@ pub struct Analyzer {
     anomalies: Vec<Anomaly>,
     /// (QP, wc status) pairs already reported as an anomaly; repeats are only counted.
     wc_reported: std::collections::HashSet<(QpKey, String)>,
+    /// First error completion status per QP (flushes only if nothing else), to say why a QP
+    /// went to ERR.
+    last_wc: HashMap<QpKey, String>,
+    /// Ports as last sampled, for MTU checks and port-down anomalies.
+    ports: BTreeMap<(String, u32), crate::event::PortInfo>,
     traffic_measured: bool,
     first_wall_ns: u64,
     last_wall_ns: u64,
@@ -166,7 +172,7 @@ const RETRANSMIT_COUNTERS: &[&str] = &[
     "roce_slow_restart",
 ];
 
-fn mib(b: u64) -> String {
+pub(crate) fn mib(b: u64) -> String {
     if b >= 1 << 30 {
         format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
     } else if b >= 1 << 20 {
@@ -320,7 +326,10 @@ impl Analyzer {
                     let to = attrs.new_state.map_or("(same)", |s| s.name());
                     let likely = match (attrs.cur_state, attrs.new_state) {
                         (Some(f), Some(t)) if !legal(f, t) => format!("illegal transition {f}->{t}"),
-                        (_, Some(QpState::Rtr)) => "check path MTU against the port's active MTU, the GID index and the dest QPN/GID".into(),
+                        (_, Some(QpState::Rtr)) => match self.mtu_too_big(&qp.key.dev, attrs.path_mtu) {
+                            Some(why) => why,
+                            None => "check path MTU against the port's active MTU, the GID index and the dest QPN/GID".into(),
+                        },
                         (_, Some(QpState::Rts)) => "check timeout / retry_cnt / rnr_retry / SQ PSN".into(),
                         _ => "attributes rejected by the driver".into(),
                     };
@@ -342,6 +351,16 @@ impl Analyzer {
                 if let Some(g) = attrs.dgid {
                     q.peer_gid = Some(g);
                 }
+                if attrs.new_state == Some(QpState::Err) && q.state != Some(QpState::Err) {
+                    let why = self
+                        .last_wc
+                        .get(&qp.key)
+                        .map(|s| format!(" after an error completion {s}"))
+                        .unwrap_or_default();
+                    let d = format!("QP moved to ERR by its owner (modify){why}");
+                    self.anomaly(rec, "qp_err", d);
+                }
+                let q = &mut self.qps[i];
                 if let Some(new) = attrs.new_state {
                     // RTR is enough to be an RDMA endpoint: a passive side (the target of RDMA writes, a
                     // receiver) may never need RTS.
@@ -413,6 +432,14 @@ impl Analyzer {
                 }
             }
             Body::WcError(w) => {
+                // The first error is the cause; flushes of the rest of the queue follow it.
+                let first = self
+                    .last_wc
+                    .entry(w.qp.clone())
+                    .or_insert_with(|| w.status.clone());
+                if first == "WR_FLUSH_ERR" {
+                    *first = w.status.clone();
+                }
                 if let Some(q) = self.qp_mut(&w.qp) {
                     q.wc_errors += 1;
                 }
@@ -462,6 +489,55 @@ impl Analyzer {
                 e.1 += 1;
                 if !e.2.iter().any(|x| x == r.reason) {
                     e.2.push(r.reason.to_string());
+                }
+            }
+            Body::QpRes(r) => self.qp_res(rec, r),
+            Body::Port(p) => {
+                let key = (p.dev.clone(), p.port);
+                let was_active = self.ports.get(&key).is_some_and(|o| o.state == "ACTIVE");
+                if was_active && p.state != "ACTIVE" {
+                    let d = format!("port {}/{} went {} (was ACTIVE)", p.dev, p.port, p.state);
+                    self.anomaly(rec, "port_down", d);
+                }
+                self.ports.insert(key, p.clone());
+            }
+            Body::QpCounter(c) => {
+                if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) && c.delta > 0 {
+                    let owner = c.qpns.first().and_then(|q| {
+                        let key = QpKey {
+                            dev: c.dev.clone(),
+                            qpn: *q,
+                        };
+                        self.qp_mut(&key)
+                            .map(|l| (l.owner_pid, l.owner_comm.clone()))
+                    });
+                    let (pid, comm) = match (rec.pid, owner) {
+                        (0, Some(o)) => o,
+                        (p, _) => (p, rec.comm.clone()),
+                    };
+                    let target = match c.qpns.as_slice() {
+                        [q] if c.nqpns == 1 => format!("{} QPN {q:#x}", c.dev),
+                        qs => format!(
+                            "{} counter #{} (QPN {})",
+                            c.dev,
+                            c.counter_id,
+                            qs.iter()
+                                .map(|q| format!("{q:#x}"))
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        ),
+                    };
+                    if pid != 0 {
+                        self.proc(pid, &comm).retrans_rdma += c.delta;
+                    }
+                    let e = self
+                        .blame
+                        .entry((pid, "qp_counter", target))
+                        .or_insert_with(|| (comm, 0, Vec::new()));
+                    e.1 += c.delta;
+                    if !e.2.iter().any(|x| x == &c.name) {
+                        e.2.push(c.name.clone());
+                    }
                 }
             }
             Body::Counter(c) => {
@@ -528,6 +604,113 @@ impl Analyzer {
                 );
             }
             _ => {}
+        }
+    }
+
+    /// Why a path MTU cannot work on `dev`: above the active MTU of every known port.
+    fn mtu_too_big(&self, dev: &str, path_mtu: Option<u32>) -> Option<String> {
+        let want = crate::event::mtu_bytes(path_mtu?);
+        let ports: Vec<&crate::event::PortInfo> = self
+            .ports
+            .values()
+            .filter(|p| p.dev == dev && p.active_mtu.is_some())
+            .collect();
+        let best = ports.iter().max_by_key(|p| p.active_mtu)?;
+        let active = best.active_mtu?;
+        if want <= active {
+            return None;
+        }
+        let under = match (best.netdev.as_str(), best.netdev_mtu) {
+            ("", _) => String::new(),
+            (n, Some(m)) => format!(", from netdev {n} MTU {m}"),
+            (n, None) => format!(", netdev {n}"),
+        };
+        Some(format!(
+            "path MTU {want} above the active MTU of {dev} port {} ({active}{under})",
+            best.port
+        ))
+    }
+
+    /// A row of the kernel's QP table: accounts QPs older than the trace, and state changes
+    /// no probe saw (a driver moving a QP to ERR after a transport error).
+    fn qp_res(&mut self, rec: &Record, r: &crate::event::QpResRow) {
+        use crate::event::ResChange;
+        let key = &r.qp.key;
+        let live = self.live.get(key).copied();
+        match (live, r.change) {
+            (Some(i), ResChange::Gone) => {
+                let q = &mut self.qps[i];
+                if let Some(s) = q.state {
+                    *q.time_in.entry(s.name()).or_default() +=
+                        rec.ts_ns.saturating_sub(q.state_since_ns);
+                }
+                q.destroyed_ns = Some(rec.ts_ns);
+                q.state_since_ns = rec.ts_ns;
+                self.live.remove(key);
+            }
+            (None, ResChange::Gone) => {}
+            (Some(i), _) => {
+                let Some(new) = r.state else { return };
+                let q = &mut self.qps[i];
+                if q.peer_qpn.is_none() {
+                    q.peer_qpn = r.rqpn;
+                }
+                if q.state == Some(new) {
+                    return;
+                }
+                let old = q.state;
+                Self::set_state(q, new, rec.ts_ns);
+                if new == QpState::Err {
+                    let why = self
+                        .last_wc
+                        .get(key)
+                        .map(|s| format!(" after an error completion {s}"))
+                        .unwrap_or_else(|| " (transport or protocol error)".into());
+                    let d = format!(
+                        "QP moved {}->ERR by the driver, not by its owner{why}",
+                        old.map_or("?", |s| s.name())
+                    );
+                    self.anomaly(rec, "qp_err", d);
+                }
+            }
+            // A user QP the probes never saw created: it is older than the trace.
+            (None, _) if rec.pid != 0 => {
+                let t = crate::event::qp_type_name(r.qp.qp_type);
+                let connected = matches!(r.state, Some(QpState::Rtr | QpState::Rts | QpState::Sqd));
+                let p = self.proc(rec.pid, &rec.comm);
+                if !p.qp_types.contains(&t) {
+                    p.qp_types.push(t);
+                }
+                if !p.devices.contains(&key.dev) {
+                    p.devices.push(key.dev.clone());
+                }
+                p.qps_created += 1;
+                if connected {
+                    p.qps_rts += 1;
+                }
+                self.live.insert(key.clone(), self.qps.len());
+                self.qps.push(QpLife {
+                    key: key.clone(),
+                    owner_pid: rec.pid,
+                    owner_comm: rec.comm.clone(),
+                    qp_type: r.qp.qp_type,
+                    created_ns: rec.ts_ns,
+                    destroyed_ns: None,
+                    state: r.state,
+                    state_since_ns: rec.ts_ns,
+                    time_in: BTreeMap::new(),
+                    peer_qpn: r.rqpn,
+                    peer_gid: None,
+                    tx_bytes: 0,
+                    rx_bytes: 0,
+                    rx_packets: 0,
+                    wc_errors: 0,
+                    tx_packets: 0,
+                    retransmits: 0,
+                    failed_modifies: 0,
+                });
+            }
+            (None, _) => {}
         }
     }
 

@@ -74,6 +74,23 @@ impl Correlator {
                         .insert(qp.key.clone(), (t.owner_pid, t.owner_comm));
                 }
             }
+            // The kernel's QP table: owners and states of QPs older than the trace, and state
+            // changes made by the driver (ERR after a transport error).
+            Body::QpRes(r) if r.change != crate::event::ResChange::Gone => {
+                let track = self.qps.entry(r.qp.key.clone()).or_insert_with(|| QpTrack {
+                    state: r.state,
+                    owner_pid: rec.pid,
+                    owner_comm: rec.comm.clone(),
+                    qp_type: r.qp.qp_type,
+                    since_ns: rec.ts_ns,
+                });
+                if let Some(s) = r.state {
+                    if track.state != Some(s) {
+                        track.state = Some(s);
+                        track.since_ns = rec.ts_ns;
+                    }
+                }
+            }
             Body::ProcessExit { .. } => {
                 self.comms.remove(&rec.pid);
             }

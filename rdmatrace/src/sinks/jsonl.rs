@@ -155,6 +155,33 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("rx_bytes".into(), t.rx_bytes.into());
             owner(&mut d, t.owner_pid, &t.owner_comm);
         }
+        Body::QpRes(r) => {
+            d.insert("change".into(), r.change.name().into());
+            d.insert("port".into(), r.port.into());
+            d.insert("state".into(), r.state.map(|s| s.name()).into());
+            d.insert("rqpn".into(), r.rqpn.into());
+            d.insert("sq_psn".into(), r.sq_psn.into());
+            d.insert("rq_psn".into(), r.rq_psn.into());
+        }
+        Body::QpCounter(c) => {
+            d.insert("dev".into(), c.dev.clone().into());
+            d.insert("port".into(), c.port.into());
+            d.insert("counter_id".into(), c.counter_id.into());
+            d.insert("qpns".into(), c.qpns.clone().into());
+            d.insert("nqpns".into(), c.nqpns.into());
+            d.insert("name".into(), c.name.clone().into());
+            d.insert("value".into(), c.value.into());
+            d.insert("delta".into(), c.delta.into());
+        }
+        Body::Port(p) => {
+            d.insert("dev".into(), p.dev.clone().into());
+            d.insert("port".into(), p.port.into());
+            d.insert("state".into(), p.state.into());
+            d.insert("active_mtu".into(), p.active_mtu.into());
+            d.insert("link_layer".into(), p.link_layer.clone().into());
+            d.insert("netdev".into(), p.netdev.clone().into());
+            d.insert("netdev_mtu".into(), p.netdev_mtu.into());
+        }
         Body::Counter(c) => {
             d.insert("dev".into(), c.dev.clone().into());
             d.insert("port".into(), c.port.into());

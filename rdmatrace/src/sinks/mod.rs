@@ -7,6 +7,7 @@ use crate::event::Record;
 pub mod jsonl;
 pub mod report;
 pub mod text;
+pub mod top;
 
 pub trait Sink {
     /// Called once before the first record.

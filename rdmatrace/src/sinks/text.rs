@@ -159,6 +159,33 @@ pub fn line(rec: &Record) -> String {
             "cq_event",
             format!("CQ#{} {} notifications", n.cqn, n.count),
         ),
+        Body::QpRes(r) => {
+            let mut d = format!("{} {}", r.change.name(), r.state.map_or("?", |s| s.name()));
+            if let Some(q) = r.rqpn {
+                d += &format!(" rqpn {q:#x}");
+            }
+            ("qp_res", d)
+        }
+        Body::QpCounter(c) => (
+            "qcounter",
+            format!(
+                "port {} #{} {} +{} = {}",
+                c.port, c.counter_id, c.name, c.delta, c.value
+            ),
+        ),
+        Body::Port(p) => {
+            let mut d = format!("port {} {} {}", p.port, p.state, p.link_layer);
+            if let Some(m) = p.active_mtu {
+                d += &format!(" mtu {m}");
+            }
+            if !p.netdev.is_empty() {
+                d += &format!(" {}", p.netdev);
+                if let Some(m) = p.netdev_mtu {
+                    d += &format!(" ({m})");
+                }
+            }
+            ("port", d)
+        }
         Body::Counter(c) => (
             "counter",
             format!("port {} {} +{} = {}", c.port, c.name, c.delta, c.value),

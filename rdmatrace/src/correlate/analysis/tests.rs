@@ -258,3 +258,191 @@ fn error_completions_are_one_anomaly_per_qp_and_status_and_all_counted() {
         Some(7)
     );
 }
+
+fn res_row(qpn: u32, state: QpState, change: crate::event::ResChange) -> Body {
+    Body::QpRes(crate::event::QpResRow {
+        qp: qp(qpn),
+        port: 1,
+        rqpn: Some(0x99),
+        sq_psn: 0,
+        rq_psn: Some(0),
+        state: Some(state),
+        change,
+    })
+}
+
+#[test]
+fn a_qp_older_than_the_trace_is_accounted_from_the_qp_table() {
+    use crate::event::ResChange;
+    let mut a = Analyzer::new();
+    a.push(&rec(
+        7,
+        "old",
+        1,
+        res_row(0x20, QpState::Rts, ResChange::Present),
+    ));
+    a.push(&rec(0, "", 2, traffic(0x20, 7, 4 << 20)));
+    let r = a.finish();
+    let q = r
+        .qps
+        .iter()
+        .find(|q| q.key.qpn == 0x20)
+        .expect("QP from the table");
+    assert_eq!(
+        (q.owner_pid, q.state, q.peer_qpn),
+        (7, Some(QpState::Rts), Some(0x99))
+    );
+    assert_eq!(q.tx_bytes, 4 << 20);
+    assert_eq!(verdict_of(&r, 7), Verdict::Rdma);
+}
+
+#[test]
+fn a_driver_moving_a_qp_to_err_is_an_anomaly_with_the_completion_that_caused_it() {
+    use crate::event::{ResChange, WcError};
+    let mut a = Analyzer::new();
+    a.push(&rec(
+        5,
+        "mover",
+        1,
+        Body::QpCreate {
+            qp: qp(0x11),
+            ret: 0,
+        },
+    ));
+    a.push(&rec(5, "mover", 2, to(0x11, QpState::Init)));
+    a.push(&rec(5, "mover", 3, to(0x11, QpState::Rtr)));
+    a.push(&rec(5, "mover", 4, to(0x11, QpState::Rts)));
+    a.push(&rec(
+        0,
+        "",
+        5,
+        Body::WcError(WcError {
+            qp: QpKey {
+                dev: "rxe0".into(),
+                qpn: 0x11,
+            },
+            cqn: 1,
+            status: "RETRY_EXC_ERR".into(),
+            vendor_err: 0,
+            owner_pid: 5,
+            owner_comm: "mover".into(),
+        }),
+    ));
+    // The table agrees with the probes first (no anomaly), then shows ERR.
+    a.push(&rec(
+        5,
+        "mover",
+        6,
+        res_row(0x11, QpState::Rts, ResChange::Present),
+    ));
+    a.push(&rec(
+        5,
+        "mover",
+        7,
+        res_row(0x11, QpState::Err, ResChange::Changed),
+    ));
+    let r = a.finish();
+    let errs: Vec<&Anomaly> = r.anomalies.iter().filter(|x| x.kind == "qp_err").collect();
+    assert_eq!(errs.len(), 1, "{:?}", r.anomalies);
+    assert!(
+        errs[0].detail.contains("RTS->ERR by the driver")
+            && errs[0].detail.contains("RETRY_EXC_ERR"),
+        "{}",
+        errs[0].detail
+    );
+    assert_eq!(errs[0].pid, 5);
+}
+
+#[test]
+fn per_qp_counters_blame_the_qp_owner() {
+    use crate::event::QpCounterDelta;
+    let mut a = Analyzer::new();
+    a.push(&rec(
+        9,
+        "app",
+        1,
+        Body::QpCreate {
+            qp: qp(0x30),
+            ret: 0,
+        },
+    ));
+    let counter = |name: &str, delta| {
+        Body::QpCounter(QpCounterDelta {
+            dev: "rxe0".into(),
+            port: 1,
+            counter_id: 3,
+            qpns: vec![0x30],
+            nqpns: 1,
+            name: name.into(),
+            value: delta,
+            delta,
+        })
+    };
+    a.push(&rec(0, "", 2, counter("local_ack_timeout_err", 12)));
+    a.push(&rec(0, "", 3, counter("rx_write_requests", 1000)));
+    let r = a.finish();
+    assert_eq!(r.blame.len(), 1, "{:?}", r.blame);
+    let b = &r.blame[0];
+    assert_eq!(
+        (b.pid, b.transport, b.target.as_str(), b.count),
+        (9, "qp_counter", "rxe0 QPN 0x30", 12)
+    );
+    assert_eq!(b.reasons, ["local_ack_timeout_err"]);
+}
+
+#[test]
+fn a_failed_rtr_with_a_path_mtu_above_the_port_mtu_says_so() {
+    let mut a = Analyzer::new();
+    a.push(&rec(
+        0,
+        "",
+        1,
+        Body::Port(crate::event::PortInfo {
+            dev: "rxe0".into(),
+            port: 1,
+            state: "ACTIVE",
+            active_mtu: Some(1024),
+            netdev_mtu: Some(1500),
+            link_layer: "Ethernet".into(),
+            netdev: "eth1".into(),
+        }),
+    ));
+    a.push(&rec(
+        3,
+        "app",
+        2,
+        Body::QpCreate {
+            qp: qp(0x11),
+            ret: 0,
+        },
+    ));
+    a.push(&rec(
+        3,
+        "app",
+        3,
+        Body::QpModify {
+            qp: qp(0x11),
+            attrs: ModifyAttrs {
+                attr_mask: 1 | (1 << 8),
+                cur_state: Some(QpState::Init),
+                new_state: Some(QpState::Rtr),
+                path_mtu: Some(5),
+                ..Default::default()
+            },
+            ret: -22,
+        },
+    ));
+    let r = a.finish();
+    let m = r
+        .anomalies
+        .iter()
+        .find(|x| x.kind == "qp_modify_failed")
+        .expect("anomaly");
+    assert!(
+        m.detail.contains(
+            "path MTU 4096 above the active MTU of rxe0 port 1 (1024, from netdev eth1 MTU 1500)"
+        ),
+        "{}",
+        m.detail
+    );
+}

@@ -4,12 +4,13 @@
 //!
 //! Usage: `rt-mover --from-dev rxe0 --to-dev rxe1 [--mib 64] [--transport rdma|tcp]
 //!         [--events] [--retry-cnt N] [--kill-peer-after-mib M] [--gid-index 1]
-//!         [--from 192.0.2.1 --to 192.0.2.2]`
+//!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S]`
 //!
 //! RDMA: RC QPs, signaled RDMA WRITEs of 64 KiB, 16 in flight; `--events` waits on a
 //! completion channel instead of polling. `--kill-peer-after-mib M` destroys the receiving QP
 //! after M MiB: the sender's writes then fail with a transport retry error (use a small
-//! `--retry-cnt`: rxe retries forever at 7).
+//! `--retry-cnt`: rxe retries forever at 7). `--linger-secs S` keeps the process and its QPs
+//! (errored or not) for S seconds before exiting, like a job that hangs on to a broken QP.
 //!
 //! Output: `rt-mover: pid P transport T sender DEV qpn 0xN receiver DEV qpn 0xN`, then
 //! `rt-mover: moved B bytes`, or `rt-mover: wc error status S (TEXT) qpn 0xN` and exit code 2.
@@ -35,6 +36,7 @@ struct Opts {
     gid_index: u8,
     from: String,
     to: String,
+    linger: std::time::Duration,
 }
 
 fn opts() -> anyhow::Result<Opts> {
@@ -49,6 +51,7 @@ fn opts() -> anyhow::Result<Opts> {
         gid_index: 1,
         from: "192.0.2.1".into(),
         to: "192.0.2.2".into(),
+        linger: std::time::Duration::ZERO,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -64,6 +67,7 @@ fn opts() -> anyhow::Result<Opts> {
             "--gid-index" => o.gid_index = val()?.parse()?,
             "--from" => o.from = val()?,
             "--to" => o.to = val()?,
+            "--linger-secs" => o.linger = std::time::Duration::from_secs_f64(val()?.parse()?),
             other => bail!("unknown argument {other:?}"),
         }
     }
@@ -143,6 +147,8 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
                     what.to_string_lossy(),
                     wc.qp_num
                 );
+                let _ = std::io::stdout().flush();
+                std::thread::sleep(o.linger);
                 return Ok(std::process::ExitCode::from(2));
             }
             inflight -= 1;
@@ -155,5 +161,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         }
     }
     println!("rt-mover: moved {done} bytes");
+    let _ = std::io::stdout().flush();
+    std::thread::sleep(o.linger);
     Ok(std::process::ExitCode::SUCCESS)
 }

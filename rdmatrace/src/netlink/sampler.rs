@@ -1,0 +1,114 @@
+//! The netlink part of the periodic sampler: the QP resource table and the per-QP counters,
+//! as change records of the ring-buffer wire format (see [`super::table`]).
+
+use super::{
+    binding::Binder,
+    nldev::QpRow,
+    table::{CounterTable, QpTable},
+    NetlinkError, RdmaNetlink,
+};
+use crate::sample::pod_bytes;
+
+pub struct NetlinkSampler {
+    nl: RdmaNetlink,
+    qps: QpTable,
+    counters: CounterTable,
+    binder: Option<Binder>,
+    /// Problems since the last [`NetlinkSampler::take_warnings`], each said once.
+    warnings: Vec<String>,
+    said: std::collections::HashSet<String>,
+}
+
+fn comm_of(row: &QpRow) -> String {
+    if row.pid == 0 {
+        return row.kern_name.clone();
+    }
+    std::fs::read_to_string(format!("/proc/{}/comm", row.pid))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default()
+}
+
+impl NetlinkSampler {
+    /// Opens the socket; with `bind`, binds per-QP counters (announced in
+    /// [`NetlinkSampler::take_warnings`], undone by [`NetlinkSampler::finish`]).
+    pub fn open(bind: bool) -> Result<NetlinkSampler, NetlinkError> {
+        let mut nl = RdmaNetlink::open()?;
+        let binder = if bind {
+            Some(Binder::start(&mut nl)?)
+        } else {
+            None
+        };
+        let mut s = NetlinkSampler {
+            nl,
+            qps: QpTable::default(),
+            counters: CounterTable::default(),
+            binder,
+            warnings: Vec::new(),
+            said: Default::default(),
+        };
+        if let Some(b) = &mut s.binder {
+            let notes = std::mem::take(&mut b.notes);
+            s.warnings.extend(notes);
+        }
+        Ok(s)
+    }
+
+    fn warn(&mut self, w: String) {
+        if self.said.insert(w.clone()) {
+            self.warnings.push(w);
+        }
+    }
+
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// Records for what changed since the previous call.
+    pub fn poll(&mut self, ts_ns: u64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let devices = match self.nl.devices() {
+            Ok(d) => d,
+            Err(e) => {
+                self.warn(format!("QP table not sampled: {e}"));
+                return out;
+            }
+        };
+        let mut rows = Vec::new();
+        let mut counters = Vec::new();
+        for dev in &devices {
+            match self.nl.qps(dev) {
+                Ok(r) => rows.extend(r),
+                // A device removed between the two calls is not a problem.
+                Err(e) if e.errno() == Some(libc::ENODEV) => {}
+                Err(e) => self.warn(format!("QP table of {} not sampled: {e}", dev.name)),
+            }
+            match self.nl.qp_counters(dev) {
+                Ok(c) => counters.extend(c),
+                Err(e) if matches!(e.errno(), Some(libc::ENODEV | libc::EOPNOTSUPP)) => {}
+                Err(e) => self.warn(format!("per-QP counters of {} not read: {e}", dev.name)),
+            }
+        }
+        if let Some(b) = &mut self.binder {
+            b.bind_new(&mut self.nl, &rows);
+            let notes = std::mem::take(&mut b.notes);
+            for n in notes {
+                self.warn(n);
+            }
+        }
+        for s in self.qps.diff(rows, ts_ns, &mut comm_of) {
+            out.push(pod_bytes(&s));
+        }
+        for s in self.counters.diff(&counters, ts_ns) {
+            out.push(pod_bytes(&s));
+        }
+        out
+    }
+
+    /// Undoes any binding; returns what could not be undone.
+    pub fn finish(mut self) -> Vec<String> {
+        match self.binder.take() {
+            Some(b) => b.finish(&mut self.nl),
+            None => Vec::new(),
+        }
+    }
+}
