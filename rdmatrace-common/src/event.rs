@@ -524,7 +524,8 @@ pub struct PortSample {
     pub header: EventHeader,
     pub dev: [u8; DEV_NAME_LEN],
     pub port: u32,
-    /// `enum ib_port_state` (1 DOWN .. 4 ACTIVE), 0 unknown.
+    /// `enum ib_port_state` (1 DOWN .. 4 ACTIVE), 0 unknown, [`PORT_STATE_REMOVED`] when the
+    /// port (its device) is gone.
     pub state: u32,
     /// Bytes (256 .. 4096), 0 unknown.
     pub active_mtu: u32,
@@ -535,6 +536,8 @@ pub struct PortSample {
     pub netdev: [u8; 16],
 }
 const _: () = assert!(core::mem::size_of::<PortSample>() == 40 + 64 + 16 + 32);
+/// [`PortSample::state`] of a port whose device went away (`rdma link delete`, hot unplug).
+pub const PORT_STATE_REMOVED: u32 = u32::MAX;
 
 /// Value of a state field that the caller did not set.
 pub const STATE_UNKNOWN: u32 = u32::MAX;

@@ -569,6 +569,7 @@ pub fn port_state_name(raw: u32) -> &'static str {
         3 => "ARMED",
         4 => "ACTIVE",
         5 => "ACTIVE_DEFER",
+        rdmatrace_common::event::PORT_STATE_REMOVED => "REMOVED",
         _ => "?",
     }
 }

@@ -12,6 +12,7 @@ use aya::maps::{MapData, PerCpuHashMap};
 use rdmatrace_common::{
     event::{
         CounterSample, CqNotify, CqNotifySample, EventHeader, EventKind, PortSample, QpTraffic,
+        PORT_STATE_REMOVED,
         QpTrafficSample, TcpBytes, TcpBytesSample, COUNTER_NAME_LEN,
     },
     limits::DEV_NAME_LEN,
@@ -41,6 +42,19 @@ fn fixed<const N: usize>(s: &str) -> [u8; N] {
     let n = s.len().min(N - 1);
     out[..n].copy_from_slice(&s.as_bytes()[..n]);
     out
+}
+
+fn port_sample(p: &crate::ports::Port, ts_ns: u64) -> PortSample {
+    PortSample {
+        header: header(EventKind::Port, ts_ns, 0, [0; 16]),
+        dev: fixed::<DEV_NAME_LEN>(&p.dev),
+        port: p.port,
+        state: p.state,
+        active_mtu: p.active_mtu,
+        netdev_mtu: p.netdev_mtu,
+        link_layer: fixed::<16>(&p.link_layer),
+        netdev: fixed::<16>(&p.netdev),
+    }
 }
 
 /// One port counter file.
@@ -294,21 +308,25 @@ impl Sampler {
         }
         if let (Some(root), true) = (&self.counters_root, ts_ns != 0) {
             // Not baselined: the first sample says what every port is like.
-            for p in crate::ports::read_ports(root, Path::new("/sys/class/net")) {
+            let ports = crate::ports::read_ports(root, Path::new("/sys/class/net"));
+            let mut removed: Vec<crate::ports::Port> = self
+                .prev_ports
+                .values()
+                .filter(|old| !ports.iter().any(|p| p.dev == old.dev && p.port == old.port))
+                .cloned()
+                .collect();
+            removed.sort_by(|a, b| (&a.dev, a.port).cmp(&(&b.dev, b.port)));
+            for mut p in removed {
+                self.prev_ports.remove(&(p.dev.clone(), p.port));
+                p.state = PORT_STATE_REMOVED;
+                out.push(pod_bytes(&port_sample(&p, ts_ns)));
+            }
+            for p in ports {
                 let key = (p.dev.clone(), p.port);
                 if self.prev_ports.get(&key) == Some(&p) {
                     continue;
                 }
-                out.push(pod_bytes(&PortSample {
-                    header: header(EventKind::Port, ts_ns, 0, [0; 16]),
-                    dev: fixed::<DEV_NAME_LEN>(&p.dev),
-                    port: p.port,
-                    state: p.state,
-                    active_mtu: p.active_mtu,
-                    netdev_mtu: p.netdev_mtu,
-                    link_layer: fixed::<16>(&p.link_layer),
-                    netdev: fixed::<16>(&p.netdev),
-                }));
+                out.push(pod_bytes(&port_sample(&p, ts_ns)));
                 self.prev_ports.insert(key, p);
             }
         }

@@ -1278,3 +1278,41 @@ fn lab_top_shows_the_moving_process_and_its_qps_with_rates() {
         done.stdout
     );
 }
+
+/// `rdma statistic qp mode` for one link, e.g. `link rxe0/1 mode qp auto off`.
+fn counter_mode(link: &str) -> String {
+    let o = Command::new("rdma")
+        .args(["statistic", "qp", "mode"])
+        .output()
+        .expect("rdma statistic qp mode");
+    text(&o)
+        .lines()
+        .find(|l| l.contains(&format!("link {link} ")))
+        .unwrap_or_else(|| panic!("no {link} in: {}", text(&o)))
+        .to_string()
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_counter_binding_is_announced_and_undone_at_exit() {
+    in_lab();
+    let before = counter_mode("rxe0/1");
+    assert!(before.contains("off"), "lab starts unbound: {before}");
+    let tracer = start(&["trace", "--bind-qp-counters"], READY_TIMEOUT);
+    let during = counter_mode("rxe0/1");
+    let done = tracer.stop();
+    let after = counter_mode("rxe0/1");
+    assert!(
+        done.stderr
+            .contains("bound per-QP counters on rxe0/1: auto mode"),
+        "the change is announced: {}",
+        done.stderr
+    );
+    assert!(!during.contains("off"), "auto mode while tracing: {during}");
+    assert!(after.contains("off"), "undone at exit: {after}\n{}", done.stderr);
+    // Without the flag nothing changes.
+    let plain = start(&["trace"], READY_TIMEOUT);
+    let untouched = counter_mode("rxe0/1");
+    let _ = plain.stop();
+    assert!(untouched.contains("off"), "{untouched}");
+}

@@ -495,7 +495,10 @@ impl Analyzer {
             Body::Port(p) => {
                 let key = (p.dev.clone(), p.port);
                 let was_active = self.ports.get(&key).is_some_and(|o| o.state == "ACTIVE");
-                if was_active && p.state != "ACTIVE" {
+                if p.state == "REMOVED" {
+                    let d = format!("device {} removed (port {} gone)", p.dev, p.port);
+                    self.anomaly(rec, "device_removed", d);
+                } else if was_active && p.state != "ACTIVE" {
                     let d = format!("port {}/{} went {} (was ACTIVE)", p.dev, p.port, p.state);
                     self.anomaly(rec, "port_down", d);
                 }

@@ -446,3 +446,37 @@ fn a_failed_rtr_with_a_path_mtu_above_the_port_mtu_says_so() {
         m.detail
     );
 }
+
+#[test]
+fn ports_going_down_and_devices_going_away_are_anomalies() {
+    let port = |state: &'static str| {
+        Body::Port(crate::event::PortInfo {
+            dev: "rxe0".into(),
+            port: 1,
+            state,
+            active_mtu: Some(1024),
+            netdev_mtu: Some(1500),
+            link_layer: "Ethernet".into(),
+            netdev: "eth1".into(),
+        })
+    };
+    let mut a = Analyzer::new();
+    a.push(&rec(0, "", 1, port("DOWN")));
+    a.push(&rec(0, "", 2, port("ACTIVE")));
+    a.push(&rec(0, "", 3, port("DOWN")));
+    a.push(&rec(0, "", 4, port("REMOVED")));
+    let kinds: Vec<(&str, String)> = a
+        .finish()
+        .anomalies
+        .iter()
+        .map(|x| (x.kind, x.detail.clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("port_down", "port rxe0/1 went DOWN (was ACTIVE)".to_string()),
+            ("device_removed", "device rxe0 removed (port 1 gone)".to_string())
+        ],
+        "a port first seen DOWN is not news; one that leaves ACTIVE is"
+    );
+}
