@@ -3,20 +3,21 @@
 use std::mem::size_of;
 
 use rdmatrace_common::event::{
-    async_source, attr_mask as mask, element, reason, transport, AsyncEvent as RawAsync,
-    CmEvent as RawCm, CounterSample, CqNotifySample, EventHeader, EventKind, ProcessEvent,
-    QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpTrafficSample, ResourceEvent,
-    RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp, WcErrorEvent,
-    QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    async_source, attr_mask as mask, element, reason, transport, verbs_func,
+    AsyncEvent as RawAsync, CmEvent as RawCm, CounterSample, CpuSampleEvent, CqNotifySample,
+    EventHeader, EventKind, ProcessEvent, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent,
+    QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent,
+    TcpTuple as RawTcp, VerbsCallEvent, WcErrorEvent, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1,
+    STATE_UNKNOWN,
 };
 
 use crate::{
     clock::ClockAnchor,
     event::{
         cm_event_name, ib_event_name, mlx5_event_name, wc_status_name, AsyncElement, AsyncEvent,
-        Body, CmEvent, CounterDelta, CqNotifyDelta, ModifyAttrs, MrInfo, QpInfo, QpKey, QpState,
-        QpTrafficDelta, Record, ResType, Resource, Retransmit, TcpBytesDelta, TcpState, TcpTuple,
-        Transport, WcError,
+        Body, CmEvent, CounterDelta, CpuSample, CqNotifyDelta, Frame, ModifyAttrs, MrInfo, QpInfo,
+        QpKey, QpState, QpTrafficDelta, Record, ResType, Resource, Retransmit, TcpBytesDelta,
+        TcpState, TcpTuple, Transport, VerbsCall, WcError,
     },
 };
 
@@ -245,6 +246,25 @@ fn cm_event(ev: &RawCm) -> Body {
     })
 }
 
+/// The first `n` addresses of a kernel stack array (never more than it holds; zeros end it).
+fn frames(ips: &[u64], n: usize) -> Vec<Frame> {
+    ips.iter()
+        .take(n)
+        .take_while(|a| **a != 0)
+        .map(|a| Frame::new(*a))
+        .collect()
+}
+
+fn verbs_call(ev: &VerbsCallEvent) -> Body {
+    let func = verbs_func::name(ev.func).map_or_else(|| format!("verbs_{}", ev.func), String::from);
+    // ips[0] is the probed function itself: the stack is its callers.
+    let all = frames(&ev.ips, ev.frames as usize);
+    Body::VerbsCall(VerbsCall {
+        func,
+        stack: all.into_iter().skip(1).collect(),
+    })
+}
+
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError> {
     if bytes.len() < size_of::<EventHeader>() {
@@ -364,6 +384,18 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 count: n.count,
                 owner_pid: n.owner_pid,
                 owner_comm: c_str(&n.owner_comm),
+            });
+            (ev.header, body)
+        }
+        EventKind::VerbsCall => {
+            let ev: VerbsCallEvent = read(bytes, kind)?;
+            (ev.header, verbs_call(&ev))
+        }
+        EventKind::CpuSample => {
+            let ev: CpuSampleEvent = read(bytes, kind)?;
+            let body = Body::CpuSample(CpuSample {
+                user: frames(&ev.user_ips, ev.user_frames as usize),
+                kernel: frames(&ev.kernel_ips, ev.kernel_frames as usize),
             });
             (ev.header, body)
         }

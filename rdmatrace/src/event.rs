@@ -490,6 +490,44 @@ pub struct CounterDelta {
     pub delta: u64,
 }
 
+/// One stack frame: an address and, once symbolized, what it is (a function name, `[module]`
+/// when the module has no symbol there, or `[unknown]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub addr: u64,
+    pub name: Option<String>,
+}
+
+impl Frame {
+    pub fn new(addr: u64) -> Frame {
+        Frame { addr, name: None }
+    }
+
+    /// The name, or `[unknown]` when the address could not be symbolized.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(UNKNOWN_FRAME)
+    }
+}
+
+/// What an address that could not be symbolized reads as.
+pub const UNKNOWN_FRAME: &str = "[unknown]";
+
+/// A control-path verbs call and the user stack that made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerbsCall {
+    /// `ibv_create_qp`, `rdma_connect`, ...
+    pub func: String,
+    /// Callers, innermost first (the probed function's own entry is not included).
+    pub stack: Vec<Frame>,
+}
+
+/// An on-CPU sample: user and kernel stacks, innermost first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuSample {
+    pub user: Vec<Frame>,
+    pub kernel: Vec<Frame>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
     QpCreate {
@@ -522,6 +560,8 @@ pub enum Body {
     TcpState(TcpState),
     WcError(WcError),
     CqNotify(CqNotifyDelta),
+    VerbsCall(VerbsCall),
+    CpuSample(CpuSample),
     /// Events the kernel could not deliver (ring buffer full) since the previous report.
     Lost {
         count: u64,
@@ -554,6 +594,8 @@ impl Body {
             Body::TcpState(_) => "tcp_state",
             Body::WcError(_) => "wc_error",
             Body::CqNotify(_) => "cq_event",
+            Body::VerbsCall(_) => "verbs_call",
+            Body::CpuSample(_) => "cpu_sample",
             Body::Lost { .. } => "lost",
         }
     }

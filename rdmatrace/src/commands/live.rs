@@ -147,6 +147,7 @@ pub fn load_options(
         follow_forks: !command.is_empty(),
         traced_pids: traced,
         ringbuf_bytes,
+        cpu_hz: None,
     }
 }
 

@@ -13,6 +13,7 @@ use crate::{
     recording::{writer::RecordingWriter, Header},
     sample::Sampler,
     source::RingSource,
+    symbolize::resolver::Resolver,
 };
 
 #[derive(Clone, Debug)]
@@ -23,12 +24,16 @@ pub struct RecordConfig {
     pub command: Vec<String>,
     pub ringbuf_bytes: u32,
     pub btf_dir: PathBuf,
+    /// On-CPU profile of the recorded processes at this frequency (Hz).
+    pub cpu_hz: Option<u64>,
 }
 
 pub const READY_LINE: &str = "Recording RDMA events... Hit Ctrl-C to end.";
 
 struct Recorder {
     writer: RecordingWriter<std::fs::File>,
+    /// Names stack addresses now, while the processes live; the names go into the file.
+    resolver: Resolver,
     error: Option<io::Error>,
 }
 
@@ -42,6 +47,10 @@ impl Recorder {
 
 impl Consumer for Recorder {
     fn raw(&mut self, bytes: &[u8]) {
+        for s in self.resolver.names_for(bytes) {
+            let r = self.writer.symbol(s.pid, s.addr, &s.name);
+            self.check(r);
+        }
         let r = self.writer.event(bytes);
         self.check(r);
     }
@@ -70,7 +79,8 @@ pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
-    let opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
+    let mut opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
+    opts.cpu_hz = cfg.cpu_hz;
     let mut tracer = loader::load(&opts, loader::all_areas())?;
     live::announce(&tracer.report);
     let anchor = ClockAnchor::now();
@@ -102,6 +112,7 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot create {}", cfg.output.display()))?;
     let mut recorder = Recorder {
         writer,
+        resolver: Resolver::new(),
         error: None,
     };
     let mut source = RingSource::new(&mut tracer)?;
