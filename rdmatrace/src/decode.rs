@@ -265,6 +265,19 @@ fn verbs_call(ev: &VerbsCallEvent) -> Body {
     })
 }
 
+/// The kind and pid of a raw record, without decoding the rest.
+pub fn peek(bytes: &[u8]) -> Option<(EventKind, u32)> {
+    let word = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_ne_bytes)
+    };
+    let kind = EventKind::from_raw(word(0)?)?;
+    let pid = word(std::mem::offset_of!(EventHeader, pid))?;
+    Some((kind, pid))
+}
+
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError> {
     if bytes.len() < size_of::<EventHeader>() {

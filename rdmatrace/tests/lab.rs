@@ -1055,3 +1055,104 @@ fn lab_recorder_killed_with_sigkill_leaves_a_replayable_file() {
         replay.stderr
     );
 }
+
+/// Folded lines `stack count` of `flamegraph FILE --kind KIND --folded`.
+fn folded(file: &str, kind: &str) -> Vec<(Vec<String>, u64)> {
+    let out = run(&["flamegraph", file, "--kind", kind, "--folded", "-o", "-"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    out.stdout
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').expect("stack count");
+            (
+                stack.split(';').map(String::from).collect(),
+                n.parse().expect("count"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_verbs_flamegraph_names_the_workload_code_that_creates_and_modifies_qps() {
+    in_lab();
+    let file = std::env::temp_dir().join("verbs.rdmt");
+    let path = file.to_str().expect("utf8");
+    let mover = workload("rt-mover");
+    let rec = run(&[
+        "record",
+        "--cpu-profile",
+        "-o",
+        path,
+        "--",
+        mover.to_str().expect("utf8"),
+        "--mib",
+        "8",
+    ]);
+    assert!(rec.status.success(), "{}", rec.stderr);
+    // rt-mover prints its pid and the two QPs it created (sender and receiver).
+    let pid: u32 = rec
+        .stdout
+        .split("pid ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {}", rec.stdout));
+    let me = format!("rt-mover [{pid}]");
+    let stacks = folded(path, "verbs");
+    let calls = |func: &str| -> Vec<&(Vec<String>, u64)> {
+        stacks
+            .iter()
+            .filter(|(s, _)| s[0] == me && s.last().map(String::as_str) == Some(func))
+            .collect()
+    };
+    let creates = calls("ibv_create_qp");
+    assert_eq!(
+        creates.iter().map(|(_, n)| n).sum::<u64>(),
+        2,
+        "rt-mover creates a sender and a receiver QP: {stacks:#?}"
+    );
+    // The frame right above the call is the workload's own function (its return address is
+    // taken at the probe, so it is there even without frame pointers).
+    for (s, _) in &creates {
+        assert_eq!(
+            s[s.len() - 2],
+            "rdmatrace_workloads::Verbs::create_rc_qp_with",
+            "{s:?}"
+        );
+    }
+    // INIT, RTR and RTS for each QP.
+    let modifies = calls("ibv_modify_qp");
+    assert_eq!(
+        modifies.iter().map(|(_, n)| n).sum::<u64>(),
+        6,
+        "{stacks:#?}"
+    );
+    for (s, _) in &modifies {
+        let caller = s[s.len() - 2].as_str();
+        assert!(
+            caller.starts_with("rdmatrace_workloads::Qp::"),
+            "modify from {caller}: {s:?}"
+        );
+    }
+    let mrs: u64 = calls("ibv_reg_mr").iter().map(|(_, n)| n).sum();
+    assert_eq!(mrs, 2, "source and target buffers: {stacks:#?}");
+    // The kernel saw as many QPs created by that process.
+    let replay = run(&["trace", "--input", path, "--json"]);
+    let kernel_creates = select(&replay.events(), "qp_create", &[("pid", json!(pid))]).len();
+    assert_eq!(kernel_creates, 2, "{}", replay.stderr);
+    // The CPU profile holds samples of the workload, with names.
+    let samples = folded(path, "cpu");
+    let mine: u64 = samples
+        .iter()
+        .filter(|(s, _)| s[0] == me)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(mine > 0, "no CPU sample of {me}: {samples:#?}");
+    assert!(
+        samples
+            .iter()
+            .all(|(s, _)| !s[0].starts_with("rdmatrace [")),
+        "the recorder sampled itself"
+    );
+}

@@ -5,6 +5,7 @@
 use std::{io, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::{bail, Context as _};
+use rdmatrace_common::event::EventKind;
 
 use crate::{
     clock::ClockAnchor,
@@ -47,6 +48,11 @@ impl Recorder {
 
 impl Consumer for Recorder {
     fn raw(&mut self, bytes: &[u8]) {
+        // Until the command is spawned the recorder itself is traced (to follow the fork):
+        // its own CPU samples are not the program's.
+        if crate::decode::peek(bytes) == Some((EventKind::CpuSample, std::process::id())) {
+            return;
+        }
         for s in self.resolver.names_for(bytes) {
             let r = self.writer.symbol(s.pid, s.addr, &s.name);
             self.check(r);
@@ -110,9 +116,13 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
     };
     let writer = RecordingWriter::create(&cfg.output, &header)
         .with_context(|| format!("cannot create {}", cfg.output.display()))?;
+    let mut resolver = Resolver::new();
+    if cfg.cpu_hz.is_some() {
+        resolver.warm_kernel();
+    }
     let mut recorder = Recorder {
         writer,
-        resolver: Resolver::new(),
+        resolver,
         error: None,
     };
     let mut source = RingSource::new(&mut tracer)?;

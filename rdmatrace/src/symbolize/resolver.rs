@@ -22,8 +22,8 @@ use super::{
 };
 use crate::{
     clock::ClockAnchor,
-    decode::decode,
-    event::{Body, UNKNOWN_FRAME},
+    decode::{decode, peek},
+    event::UNKNOWN_FRAME,
 };
 use rdmatrace_common::event::EventKind;
 
@@ -58,21 +58,10 @@ impl Resolver {
     /// The names a raw ring-buffer record needs that were not given before (in the order to
     /// record them, before the record itself). An exec drops what was known of that process.
     pub fn names_for(&mut self, bytes: &[u8]) -> Vec<SymbolName> {
-        let Some(kind) = bytes
-            .get(..4)
-            .and_then(|b| b.try_into().ok())
-            .and_then(|b| EventKind::from_raw(u32::from_ne_bytes(b)))
-        else {
-            return Vec::new();
-        };
-        match kind {
-            EventKind::VerbsCall | EventKind::CpuSample => {}
-            EventKind::ProcessExec => {
-                if let Ok(rec) = decode(bytes, &ClockAnchor::fixed(0)) {
-                    if matches!(rec.body, Body::ProcessExec { .. }) {
-                        self.forget(rec.pid);
-                    }
-                }
+        match peek(bytes) {
+            Some((EventKind::VerbsCall | EventKind::CpuSample, _)) => {}
+            Some((EventKind::ProcessExec, pid)) => {
+                self.forget(pid);
                 return Vec::new();
             }
             _ => return Vec::new(),
@@ -87,6 +76,16 @@ impl Resolver {
         let mut out = self.user(pid, &user);
         out.extend(self.kernel(&kernel));
         out
+    }
+
+    /// Loads the kernel's symbols now (kallsyms is large: parsing it at the first kernel stack
+    /// could stall the recorder long enough for short-lived processes to exit before their
+    /// mappings are read).
+    pub fn warm_kernel(&mut self) {
+        let src = kernel_source();
+        let _ = self
+            .symbolizer
+            .symbolize(&src, Input::AbsAddr(&[0xffff_ffff_8100_0000]));
     }
 
     /// Forgets a process's mappings and names (it exec'd: same pid, another program).
@@ -156,11 +155,7 @@ impl Resolver {
         if fresh.is_empty() {
             return Vec::new();
         }
-        let src = Source::Kernel(Kernel {
-            vmlinux: MaybeDefault::None,
-            debug_syms: false,
-            ..Kernel::default()
-        });
+        let src = kernel_source();
         let names = names_of(self.symbolizer.symbolize(&src, Input::AbsAddr(&fresh)).ok());
         let mut out = Vec::new();
         for (i, addr) in fresh.iter().enumerate() {
@@ -178,6 +173,15 @@ impl Resolver {
         self.named.insert((pid, addr));
         SymbolName { pid, addr, name }
     }
+}
+
+/// kallsyms only: a vmlinux with DWARF would be slow to load and is rarely installed.
+fn kernel_source() -> Source<'static> {
+    Source::Kernel(Kernel {
+        vmlinux: MaybeDefault::None,
+        debug_syms: false,
+        ..Kernel::default()
+    })
 }
 
 /// Function names from a batch (`None` where blazesym found none, empty when it failed).
