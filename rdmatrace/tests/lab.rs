@@ -1087,9 +1087,15 @@ fn lab_verbs_flamegraph_names_the_workload_code_that_creates_and_modifies_qps() 
         "--",
         mover.to_str().expect("utf8"),
         "--mib",
-        "8",
+        "2",
     ]);
-    assert!(rec.status.success(), "{}", rec.stderr);
+    assert!(
+        rec.status.success(),
+        "record -- rt-mover: {:?}\n{}{}",
+        rec.status,
+        rec.stdout,
+        rec.stderr
+    );
     // rt-mover prints its pid and the two QPs it created (sender and receiver).
     let pid: u32 = rec
         .stdout
