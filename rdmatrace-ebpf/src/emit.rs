@@ -51,9 +51,15 @@ pub fn header(h: &mut EventHeader, kind: u32) {
 #[inline(always)]
 pub fn output<T: 'static>(event: &T) {
     if EVENTS.output::<T>(event, 0).is_err() {
-        if let Some(lost) = LOST.get_ptr_mut(0) {
-            // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
-            unsafe { *lost += 1 };
-        }
+        lost();
+    }
+}
+
+/// Counts one event that found the ring buffer full.
+#[inline(always)]
+pub fn lost() {
+    if let Some(lost) = LOST.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
+        unsafe { *lost += 1 };
     }
 }

@@ -66,6 +66,13 @@ pub struct RecordArgs {
     pub pid: Option<u32>,
     #[command(flatten)]
     pub probe: ProbeArgs,
+    /// Also sample the recorded processes on CPU (perf events, user and kernel stacks), for
+    /// `flamegraph --kind cpu`. Without --pid or a command, samples every process.
+    #[arg(long)]
+    pub cpu_profile: bool,
+    /// Sampling frequency of --cpu-profile, per CPU.
+    #[arg(long, default_value_t = crate::collect::profile::DEFAULT_HZ, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub cpu_hz: u64,
     /// Run this command and record it and its descendants until it exits.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -162,6 +169,7 @@ impl RecordArgs {
             ringbuf_bytes: self.probe.ringbuf_size,
             btf_dir: self.probe.btf_dir.clone(),
             bind_qp_counters: self.probe.bind_qp_counters,
+            cpu_hz: self.cpu_profile.then_some(self.cpu_hz),
         })
     }
 }

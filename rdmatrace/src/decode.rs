@@ -3,21 +3,22 @@
 use std::mem::size_of;
 
 use rdmatrace_common::event::{
-    async_source, attr_mask as mask, element, reason, transport, AsyncEvent as RawAsync,
-    CmEvent as RawCm, CounterSample, CqNotifySample, EventHeader, EventKind, PortSample,
-    ProcessEvent, QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent,
-    QpResSample, QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent,
-    TcpTuple as RawTcp, WcErrorEvent, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    async_source, attr_mask as mask, element, reason, transport, verbs_func,
+    AsyncEvent as RawAsync, CmEvent as RawCm, CounterSample, CpuSampleEvent, CqNotifySample,
+    EventHeader, EventKind, PortSample, ProcessEvent, QpCounterSample, QpCreateEvent,
+    QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample, QpTrafficSample, ResourceEvent,
+    RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp, VerbsCallEvent,
+    WcErrorEvent, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
 };
 
 use crate::{
     clock::ClockAnchor,
     event::{
         cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
-        AsyncElement, AsyncEvent, Body, CmEvent, CounterDelta, CqNotifyDelta, ModifyAttrs, MrInfo,
-        PortInfo, QpCounterDelta, QpInfo, QpKey, QpResRow, QpState, QpTrafficDelta, Record,
-        ResChange, ResType, Resource, Retransmit, TcpBytesDelta, TcpState, TcpTuple, Transport,
-        WcError,
+        AsyncElement, AsyncEvent, Body, CmEvent, CounterDelta, CpuSample, CqNotifyDelta, Frame,
+        ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo, QpKey, QpResRow, QpState,
+        QpTrafficDelta, Record, ResChange, ResType, Resource, Retransmit, TcpBytesDelta, TcpState,
+        TcpTuple, Transport, VerbsCall, WcError,
     },
 };
 
@@ -246,6 +247,38 @@ fn cm_event(ev: &RawCm) -> Body {
     })
 }
 
+/// The first `n` addresses of a kernel stack array (never more than it holds; zeros end it).
+fn frames(ips: &[u64], n: usize) -> Vec<Frame> {
+    ips.iter()
+        .take(n)
+        .take_while(|a| **a != 0)
+        .map(|a| Frame::new(*a))
+        .collect()
+}
+
+fn verbs_call(ev: &VerbsCallEvent) -> Body {
+    let func = verbs_func::name(ev.func).map_or_else(|| format!("verbs_{}", ev.func), String::from);
+    // ips[0] is the probed function itself: the stack is its callers.
+    let all = frames(&ev.ips, ev.frames as usize);
+    Body::VerbsCall(VerbsCall {
+        func,
+        stack: all.into_iter().skip(1).collect(),
+    })
+}
+
+/// The kind and pid of a raw record, without decoding the rest.
+pub fn peek(bytes: &[u8]) -> Option<(EventKind, u32)> {
+    let word = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_ne_bytes)
+    };
+    let kind = EventKind::from_raw(word(0)?)?;
+    let pid = word(std::mem::offset_of!(EventHeader, pid))?;
+    Some((kind, pid))
+}
+
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError> {
     if bytes.len() < size_of::<EventHeader>() {
@@ -406,6 +439,18 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 netdev_mtu: (ev.netdev_mtu != 0).then_some(ev.netdev_mtu),
                 link_layer: c_str(&ev.link_layer),
                 netdev: c_str(&ev.netdev),
+            });
+            (ev.header, body)
+        }
+        EventKind::VerbsCall => {
+            let ev: VerbsCallEvent = read(bytes, kind)?;
+            (ev.header, verbs_call(&ev))
+        }
+        EventKind::CpuSample => {
+            let ev: CpuSampleEvent = read(bytes, kind)?;
+            let body = Body::CpuSample(CpuSample {
+                user: frames(&ev.user_ips, ev.user_frames as usize),
+                kernel: frames(&ev.kernel_ips, ev.kernel_frames as usize),
             });
             (ev.header, body)
         }

@@ -21,4 +21,5 @@ pub mod recording;
 pub mod sample;
 pub mod sinks;
 pub mod source;
+pub mod symbolize;
 pub mod timeline;

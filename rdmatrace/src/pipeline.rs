@@ -9,6 +9,7 @@ use crate::{
     decode::{decode, DecodeError},
     event::Record,
     sinks::Sink,
+    symbolize::{resolver::Resolver, Symbols},
 };
 
 pub struct Pipeline {
@@ -22,6 +23,10 @@ pub struct Pipeline {
     pub first_decode_error: Option<DecodeError>,
     /// First write error (a closed pipe ends the trace).
     pub write_error: Option<io::Error>,
+    /// Names of stack addresses: from the recording on replay, from [`Self::resolver`] live.
+    pub symbols: Symbols,
+    /// Live only: names stack addresses while the processes live.
+    pub resolver: Option<Resolver>,
 }
 
 impl Pipeline {
@@ -35,13 +40,23 @@ impl Pipeline {
             decode_errors: 0,
             first_decode_error: None,
             write_error: None,
+            symbols: Symbols::default(),
+            resolver: None,
         }
     }
 
     /// One raw ring-buffer record.
     pub fn push_raw(&mut self, bytes: &[u8]) {
+        if let Some(resolver) = self.resolver.as_mut() {
+            for s in resolver.names_for(bytes) {
+                self.symbols.insert(s.pid, s.addr, &s.name);
+            }
+        }
         match decode(bytes, &self.anchor) {
-            Ok(rec) => self.push(rec),
+            Ok(mut rec) => {
+                self.symbols.annotate(&mut rec);
+                self.push(rec)
+            }
             Err(e) => {
                 self.decode_errors += 1;
                 self.first_decode_error.get_or_insert(e);

@@ -12,8 +12,7 @@ use aya::maps::{MapData, PerCpuHashMap};
 use rdmatrace_common::{
     event::{
         CounterSample, CqNotify, CqNotifySample, EventHeader, EventKind, PortSample, QpTraffic,
-        PORT_STATE_REMOVED,
-        QpTrafficSample, TcpBytes, TcpBytesSample, COUNTER_NAME_LEN,
+        QpTrafficSample, TcpBytes, TcpBytesSample, COUNTER_NAME_LEN, PORT_STATE_REMOVED,
     },
     limits::DEV_NAME_LEN,
 };

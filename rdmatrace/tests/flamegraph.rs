@@ -96,9 +96,13 @@ fn empty_flamegraph_says_why() {
         "{}",
         out.stderr
     );
+    // Recorded before the verbs probes and without --cpu-profile.
     let out = run(&["flamegraph", PINGPONG, "--kind", "verbs", "-o", "-"]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("verbs call stacks"), "{}", out.stderr);
+    assert!(out.stderr.contains("has no verbs calls"), "{}", out.stderr);
+    let out = run(&["flamegraph", PINGPONG, "--kind", "cpu", "-o", "-"]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("--cpu-profile"), "{}", out.stderr);
 }
 
 fn chromium() -> Option<PathBuf> {
@@ -229,4 +233,108 @@ fn chromium_draws_the_flamegraph_frames() {
         "differential: only {red} of {total} pixels are red"
     );
     let _ = std::fs::remove_dir_all(svg.parent().expect("tmp dir"));
+}
+
+/// rt-mover moving 2 MiB from rxe0 to rxe1, recorded in the lab with `record --cpu-profile`.
+const VERBS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/lab-verbs.rdmt"
+);
+
+/// Sum of the counts of the folded lines ending in `;leaf`.
+fn calls_to(folded: &str, leaf: &str) -> u64 {
+    folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(stack, _)| stack.ends_with(&format!(";{leaf}")))
+        .filter_map(|(_, n)| n.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn verbs_folded_golden() {
+    let out = run(&[
+        "flamegraph",
+        VERBS,
+        "--kind",
+        "verbs",
+        "--folded",
+        "-o",
+        "-",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    // What rt-mover does: two devices, two QPs taken through INIT, RTR and RTS, two MRs.
+    assert_eq!(calls_to(&out.stdout, "ibv_open_device"), 2);
+    assert_eq!(calls_to(&out.stdout, "ibv_create_qp"), 2);
+    assert_eq!(calls_to(&out.stdout, "ibv_modify_qp"), 6);
+    assert_eq!(calls_to(&out.stdout, "ibv_reg_mr"), 2);
+    assert_eq!(
+        calls_to(
+            &out.stdout,
+            "rdmatrace_workloads::Verbs::create_rc_qp_with;ibv_create_qp"
+        ),
+        2,
+        "{}",
+        out.stdout
+    );
+    insta::assert_snapshot!(out.stdout);
+}
+
+#[test]
+fn verbs_svg_golden() {
+    let out = run(&["flamegraph", VERBS, "--kind", "verbs", "-o", "-"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("ibv_create_qp"), "frames drawn");
+    insta::assert_snapshot!(out.stdout);
+}
+
+#[test]
+fn cpu_folded_and_svg_golden() {
+    let folded = run(&["flamegraph", VERBS, "--kind", "cpu", "--folded", "-o", "-"]);
+    assert!(folded.status.success(), "{}", folded.stderr);
+    assert!(
+        folded.stdout.lines().any(|l| l.starts_with("rt-mover [")),
+        "{}",
+        folded.stdout
+    );
+    // Kernel frames come after the user frames, marked.
+    for line in folded.stdout.lines() {
+        let frames: Vec<&str> = line
+            .rsplit_once(' ')
+            .map_or(line, |p| p.0)
+            .split(';')
+            .collect();
+        if let Some(first_k) = frames.iter().position(|f| f.ends_with("_[k]")) {
+            assert!(
+                frames[first_k..].iter().all(|f| f.ends_with("_[k]")),
+                "{line}"
+            );
+        }
+    }
+    insta::assert_snapshot!("cpu_folded", folded.stdout);
+    let svg = run(&["flamegraph", VERBS, "--kind", "cpu", "-o", "-"]);
+    assert!(svg.status.success(), "{}", svg.stderr);
+    insta::assert_snapshot!("cpu_svg", svg.stdout);
+}
+
+#[test]
+fn verbs_calls_json_golden() {
+    let out = run(&["trace", "--input", VERBS, "--json"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let lines: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with(r#"{"type":"verbs_call""#))
+        .collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).expect("json");
+        let d = &v["data"];
+        assert_eq!(
+            d["stack"].as_array().map(Vec::len),
+            d["stack_addrs"].as_array().map(Vec::len),
+            "{l}"
+        );
+    }
+    insta::assert_snapshot!(lines.join("\n"));
 }

@@ -1187,18 +1187,32 @@ fn lab_path_mtu_above_the_port_mtu_is_named_as_the_cause() {
     let file = std::env::temp_dir().join("mtu.rdmt");
     let path = file.to_str().expect("utf8");
     let recorder = start(&["record", "-o", path], READY_TIMEOUT);
-    // The lab's netdevs have MTU 1500, so rxe's active MTU is 1024: asking for 4096 fails RTR.
-    let server = Command::new("ibv_rc_pingpong")
-        .args(["-d", "rxe1", "-g", "1", "-m", "4096", "-n", "5"])
+    // The lab's netdevs have MTU 1500, so rxe's active MTU is 1024. rxe accepts a 4096 path
+    // MTU at RTR and then drops the large packets: the exchange fails (or the server waits
+    // forever, hence the timeouts).
+    let server = Command::new("timeout")
+        .args([
+            "40",
+            "ibv_rc_pingpong",
+            "-d",
+            "rxe1",
+            "-g",
+            "1",
+            "-m",
+            "4096",
+            "-n",
+            "5",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start ibv_rc_pingpong server");
-    let server_pid = server.id();
     let deadline = Instant::now() + Duration::from_secs(30);
     let client_out = loop {
-        let o = Command::new("ibv_rc_pingpong")
+        let o = Command::new("timeout")
             .args([
+                "30",
+                "ibv_rc_pingpong",
                 "-d",
                 "rxe0",
                 "-g",
@@ -1218,12 +1232,7 @@ fn lab_path_mtu_above_the_port_mtu_is_named_as_the_cause() {
         sleep(Duration::from_millis(300));
     };
     let server_out = server.wait_with_output().expect("server output");
-    assert!(
-        text(&server_out).contains("Failed to modify QP to RTR")
-            || client_out.contains("Failed to modify QP to RTR"),
-        "a 4096 MTU must be refused at RTR: server {} client {client_out}",
-        text(&server_out)
-    );
+    let client_qpn = local_qpn(&client_out);
     sleep(Duration::from_millis(1200));
     let rec = recorder.stop();
     assert!(rec.status.success(), "{}", rec.stderr);
@@ -1231,21 +1240,22 @@ fn lab_path_mtu_above_the_port_mtu_is_named_as_the_cause() {
     assert!(report.status.success(), "{}", report.stderr);
     let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
     let anomalies = r["data"]["anomalies"].as_array().expect("anomalies");
-    let failed: Vec<&Value> = anomalies
+    let client = anomalies
         .iter()
-        .filter(|a| a["kind"] == json!("qp_modify_failed"))
-        .collect();
-    assert!(!failed.is_empty(), "{anomalies:#?}");
-    let server_side = failed
-        .iter()
-        .find(|a| a["pid"] == json!(server_pid))
-        .unwrap_or_else(|| panic!("no failed modify of the server {server_pid}: {failed:#?}"));
-    let detail = server_side["detail"].as_str().unwrap_or_default();
+        .find(|a| a["kind"] == json!("path_mtu") && a["qpn"] == json!(client_qpn))
+        .unwrap_or_else(|| {
+            panic!(
+                "no path_mtu anomaly for the client's QP {client_qpn:#x} (client: {client_out}, \
+                 server: {}): {anomalies:#?}",
+                text(&server_out)
+            )
+        });
+    let detail = client["detail"].as_str().unwrap_or_default();
     assert!(
-        detail.contains("INIT->RTR")
-            && detail.contains("path MTU 4096 above the active MTU of rxe1 port 1 (1024"),
+        detail.contains("path MTU 4096 above the active MTU of rxe0 port 1 (1024, from netdev"),
         "{detail}"
     );
+    assert_eq!(client["dev"], json!("rxe0"), "{client}");
 }
 
 #[test]
@@ -1292,6 +1302,22 @@ fn counter_mode(link: &str) -> String {
         .to_string()
 }
 
+/// Folded lines `stack count` of `flamegraph FILE --kind KIND --folded`.
+fn folded(file: &str, kind: &str) -> Vec<(Vec<String>, u64)> {
+    let out = run(&["flamegraph", file, "--kind", kind, "--folded", "-o", "-"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    out.stdout
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').expect("stack count");
+            (
+                stack.split(';').map(String::from).collect(),
+                n.parse().expect("count"),
+            )
+        })
+        .collect()
+}
+
 #[test]
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_counter_binding_is_announced_and_undone_at_exit() {
@@ -1309,10 +1335,112 @@ fn lab_counter_binding_is_announced_and_undone_at_exit() {
         done.stderr
     );
     assert!(!during.contains("off"), "auto mode while tracing: {during}");
-    assert!(after.contains("off"), "undone at exit: {after}\n{}", done.stderr);
+    assert!(
+        after.contains("off"),
+        "undone at exit: {after}\n{}",
+        done.stderr
+    );
     // Without the flag nothing changes.
     let plain = start(&["trace"], READY_TIMEOUT);
     let untouched = counter_mode("rxe0/1");
     let _ = plain.stop();
     assert!(untouched.contains("off"), "{untouched}");
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_verbs_flamegraph_names_the_workload_code_that_creates_and_modifies_qps() {
+    in_lab();
+    let file = std::env::temp_dir().join("verbs.rdmt");
+    let path = file.to_str().expect("utf8");
+    let mover = workload("rt-mover");
+    let rec = run(&[
+        "record",
+        "--cpu-profile",
+        "-o",
+        path,
+        "--",
+        mover.to_str().expect("utf8"),
+        "--mib",
+        "2",
+    ]);
+    assert!(
+        rec.status.success(),
+        "record -- rt-mover: {:?}\n{}{}",
+        rec.status,
+        rec.stdout,
+        rec.stderr
+    );
+    // rt-mover prints its pid and the two QPs it created (sender and receiver).
+    let pid: u32 = rec
+        .stdout
+        .split("pid ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {}", rec.stdout));
+    let me = format!("rt-mover [{pid}]");
+    let stacks = folded(path, "verbs");
+    let calls = |func: &str| -> Vec<&(Vec<String>, u64)> {
+        stacks
+            .iter()
+            .filter(|(s, _)| s[0] == me && s.last().map(String::as_str) == Some(func))
+            .collect()
+    };
+    let creates = calls("ibv_create_qp");
+    assert_eq!(
+        creates.iter().map(|(_, n)| n).sum::<u64>(),
+        2,
+        "rt-mover creates a sender and a receiver QP: {stacks:#?}"
+    );
+    // The frame right above the call is the workload's own function (its return address is
+    // taken at the probe, so it is there even without frame pointers).
+    for (s, _) in &creates {
+        assert_eq!(
+            s[s.len() - 2],
+            "rdmatrace_workloads::Verbs::create_rc_qp_with",
+            "{s:?}"
+        );
+    }
+    // INIT, RTR and RTS for each QP. Known gap: a caller is sometimes `[unknown]` in the lab
+    // (the recorder did not find its mapping; see the branch report); every named one must be
+    // the workload's, and most must be named.
+    let modifies = calls("ibv_modify_qp");
+    assert_eq!(
+        modifies.iter().map(|(_, n)| n).sum::<u64>(),
+        6,
+        "{stacks:#?}"
+    );
+    let mut named = 0;
+    for (s, n) in &modifies {
+        let caller = s[s.len() - 2].as_str();
+        if caller != "[unknown]" {
+            assert!(
+                caller.starts_with("rdmatrace_workloads::Qp::"),
+                "modify from {caller}: {s:?}"
+            );
+            named += n;
+        }
+    }
+    assert!(named >= 3, "{stacks:#?}");
+    let mrs: u64 = calls("ibv_reg_mr").iter().map(|(_, n)| n).sum();
+    assert_eq!(mrs, 2, "source and target buffers: {stacks:#?}");
+    // The kernel saw as many QPs created by that process.
+    let replay = run(&["trace", "--input", path, "--json"]);
+    let kernel_creates = select(&replay.events(), "qp_create", &[("pid", json!(pid))]).len();
+    assert_eq!(kernel_creates, 2, "{}", replay.stderr);
+    // The CPU profile holds samples of the workload, with names.
+    let samples = folded(path, "cpu");
+    let mine: u64 = samples
+        .iter()
+        .filter(|(s, _)| s[0] == me)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(mine > 0, "no CPU sample of {me}: {samples:#?}");
+    assert!(
+        samples
+            .iter()
+            .all(|(s, _)| !s[0].starts_with("rdmatrace [")),
+        "the recorder sampled itself"
+    );
 }

@@ -9,11 +9,13 @@ pub mod async_event;
 pub mod cm;
 pub mod cq;
 pub mod mlx5;
+pub mod profile;
 pub mod qp;
 pub mod res;
 pub mod rxe;
 pub mod sched;
 pub mod tcp;
+pub mod verbs;
 
 /// How a program attaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +24,15 @@ pub enum Hook {
     Kretprobe,
     /// BTF-enabled raw tracepoint (`tp_btf/<name>`).
     BtfTracepoint,
+    /// Uprobe at the entry of the exported function `target` of the shared library `lib`
+    /// (found on this host), with `cookie` for `bpf_get_attach_cookie`.
+    Uprobe {
+        lib: &'static str,
+        cookie: u64,
+    },
+    /// Perf event on the software CPU clock of every online CPU (frequency from the load
+    /// options).
+    PerfCpuClock,
 }
 
 /// One program and where it goes.
@@ -45,7 +56,7 @@ pub struct Area {
     pub resolve: fn(&mut KernelBtf, &mut ProbeConfig) -> Result<Vec<String>, BtfError>,
 }
 
-/// Every area the tool knows, in attach order.
+/// Every area on by default, in attach order ([`profile::AREA`] is added on request).
 pub const AREAS: &[Area] = &[
     qp::AREA,
     res::AREA,
@@ -57,4 +68,5 @@ pub const AREAS: &[Area] = &[
     mlx5::AREA,
     tcp::AREA,
     sched::AREA,
+    verbs::AREA,
 ];

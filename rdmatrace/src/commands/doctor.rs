@@ -227,13 +227,20 @@ fn netlink_checks() -> Vec<Check> {
 
 fn probe_checks() -> Vec<Check> {
     let mut c = Vec::new();
-    match loader::load(&LoadOptions::default(), loader::all_areas()) {
+    // The CPU profile is opt-in for recording; the doctor says whether it would work.
+    let opts = LoadOptions {
+        cpu_hz: Some(crate::collect::profile::DEFAULT_HZ),
+        ..LoadOptions::default()
+    };
+    match loader::load(&opts, loader::all_areas()) {
         Ok(tracer) => {
             for p in &tracer.report.probes {
                 let hook = match p.spec.hook {
                     Hook::Kprobe => "kprobe",
                     Hook::Kretprobe => "kretprobe",
                     Hook::BtfTracepoint => "tp_btf",
+                    Hook::Uprobe { .. } => "uprobe",
+                    Hook::PerfCpuClock => "perf_event",
                 };
                 let item = format!(
                     "probe {}/{} ({hook} {})",

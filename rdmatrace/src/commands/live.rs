@@ -177,6 +177,7 @@ pub fn load_options(
         follow_forks: !command.is_empty(),
         traced_pids: traced,
         ringbuf_bytes,
+        cpu_hz: None,
     }
 }
 

@@ -5,6 +5,7 @@
 use std::{io, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::{bail, Context as _};
+use rdmatrace_common::event::EventKind;
 
 use crate::{
     clock::ClockAnchor,
@@ -12,6 +13,7 @@ use crate::{
     loader,
     recording::{writer::RecordingWriter, Header},
     source::RingSource,
+    symbolize::resolver::Resolver,
 };
 
 #[derive(Clone, Debug)]
@@ -24,12 +26,16 @@ pub struct RecordConfig {
     pub btf_dir: PathBuf,
     /// Bind per-QP counters over rdma netlink (undone at exit).
     pub bind_qp_counters: bool,
+    /// On-CPU profile of the recorded processes at this frequency (Hz).
+    pub cpu_hz: Option<u64>,
 }
 
 pub const READY_LINE: &str = "Recording RDMA events... Hit Ctrl-C to end.";
 
 struct Recorder {
     writer: RecordingWriter<std::fs::File>,
+    /// Names stack addresses now, while the processes live; the names go into the file.
+    resolver: Resolver,
     error: Option<io::Error>,
 }
 
@@ -43,6 +49,15 @@ impl Recorder {
 
 impl Consumer for Recorder {
     fn raw(&mut self, bytes: &[u8]) {
+        // Until the command is spawned the recorder itself is traced (to follow the fork):
+        // its own CPU samples are not the program's.
+        if crate::decode::peek(bytes) == Some((EventKind::CpuSample, std::process::id())) {
+            return;
+        }
+        for s in self.resolver.names_for(bytes) {
+            let r = self.writer.symbol(s.pid, s.addr, &s.name);
+            self.check(r);
+        }
         let r = self.writer.event(bytes);
         self.check(r);
     }
@@ -71,7 +86,8 @@ pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
-    let opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
+    let mut opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
+    opts.cpu_hz = cfg.cpu_hz;
     let mut tracer = loader::load(&opts, loader::all_areas())?;
     live::announce(&tracer.report);
     let anchor = ClockAnchor::now();
@@ -101,8 +117,13 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
     };
     let writer = RecordingWriter::create(&cfg.output, &header)
         .with_context(|| format!("cannot create {}", cfg.output.display()))?;
+    let mut resolver = Resolver::new();
+    if cfg.cpu_hz.is_some() {
+        resolver.warm_kernel();
+    }
     let mut recorder = Recorder {
         writer,
+        resolver,
         error: None,
     };
     let mut source = RingSource::new(&mut tracer)?;

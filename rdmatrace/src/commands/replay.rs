@@ -10,6 +10,7 @@ use crate::{
     decode::decode,
     event::Record,
     recording::{reader::Recording, Entry, Header},
+    symbolize::Symbols,
 };
 
 /// A recording opened for replay.
@@ -56,17 +57,25 @@ impl Replay {
     pub fn run(&self, mut f: impl FnMut(&Record)) -> Replayed {
         let anchor = ClockAnchor::fixed(i128::from(self.rec.header.clock_offset_ns));
         let mut correlator = Correlator::new();
+        let mut symbols = Symbols::default();
         let mut undecodable = 0u64;
         let problems = self.rec.replay(|entry| {
             let mut record = match entry {
                 Entry::Event(bytes) => match decode(bytes, &anchor) {
-                    Ok(r) => r,
+                    Ok(mut r) => {
+                        symbols.annotate(&mut r);
+                        r
+                    }
                     Err(_) => {
                         undecodable += 1;
                         return;
                     }
                 },
                 Entry::Lost { ts_ns, count } => Record::lost(count, ts_ns, &anchor),
+                Entry::Symbol { pid, addr, name } => {
+                    symbols.insert(pid, addr, name);
+                    return;
+                }
             };
             correlator.observe(&mut record);
             f(&record);

@@ -18,6 +18,7 @@ use crate::{
     recording::{reader::Recording, Entry},
     sinks::{jsonl::JsonlSink, text::TextSink, Sink},
     source::RingSource,
+    symbolize::resolver::Resolver,
 };
 
 /// The line tests and scripts wait for: printed once every probe is attached.
@@ -72,12 +73,14 @@ async fn run_live(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
         traced_pids: cfg.filter.pid.map(|p| vec![p]),
         follow_forks: false,
         ringbuf_bytes: cfg.ringbuf_bytes,
+        cpu_hz: None,
     };
     let mut tracer = loader::load(&opts, loader::all_areas())?;
     live::announce(&tracer.report);
     let mut source = RingSource::new(&mut tracer)?;
     let mut sampler = live::sampler(&mut tracer, cfg.bind_qp_counters);
     let mut pipeline = Pipeline::new(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format));
+    pipeline.resolver = Some(Resolver::new());
     pipeline.sink.start().context("cannot write output")?;
     eprintln!("{READY_LINE}");
     live::run(
@@ -103,6 +106,7 @@ fn replay(cfg: &TraceConfig, path: &Path) -> anyhow::Result<ExitCode> {
     let problems = rec.replay(|entry| match entry {
         Entry::Event(bytes) => pipeline.push_raw(bytes),
         Entry::Lost { ts_ns, count } => pipeline.lost(count, ts_ns),
+        Entry::Symbol { pid, addr, name } => pipeline.symbols.insert(pid, addr, name),
     });
     finish(&mut pipeline)?;
     for p in &problems {

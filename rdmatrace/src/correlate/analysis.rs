@@ -343,6 +343,15 @@ impl Analyzer {
                     );
                     return;
                 }
+                // Accepted but unusable: rxe takes a path MTU above the link's and then drops
+                // the large packets (the peer sees flushes and retries); most HW refuses it.
+                if let Some(why) = self.mtu_too_big(&qp.key.dev, attrs.path_mtu) {
+                    self.anomaly(
+                        rec,
+                        "path_mtu",
+                        format!("{why}: packets above the link MTU are dropped (expect retries, then errors)"),
+                    );
+                }
                 let Some(i) = idx else { return };
                 let q = &mut self.qps[i];
                 if let Some(d) = attrs.dest_qpn {

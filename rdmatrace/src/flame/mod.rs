@@ -4,14 +4,17 @@
 //! Kinds:
 //! - `retransmits`: retransmit blame, `process;device;QPN;reason` (TCP: `process;tcp;4-tuple;
 //!   reason`) weighted by count: which process's which QP retransmits, and why.
-//! - `verbs`: user stacks at control-path verbs calls (libibverbs/librdmacm uprobes).
-//! - `cpu`: on-CPU samples of the traced processes (perf events).
+//! - `verbs`: user stacks at control-path verbs calls (libibverbs/librdmacm uprobes),
+//!   `process;outermost caller;...;direct caller;ibv_create_qp` weighted by calls.
+//! - `cpu`: on-CPU samples of the traced processes (perf events),
+//!   `process;user frames;kernel frames_[k]` weighted by samples (kernel frames carry the
+//!   `_[k]` suffix flamegraph tools colour as kernel code).
 
 pub mod svg;
 
 use std::collections::BTreeMap;
 
-use crate::event::{Body, Record};
+use crate::event::{Body, Frame, Record};
 
 /// Which flamegraph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,24 +153,64 @@ impl Folder for RetransmitFolder {
     }
 }
 
+/// Frames outermost first, as folded stacks read (records keep them innermost first).
+fn outer_first<'a>(frames: &'a [Frame], suffix: &'a str) -> impl Iterator<Item = String> + 'a {
+    frames
+        .iter()
+        .rev()
+        .map(move |f| frame(&format!("{}{suffix}", f.label())))
+}
+
+/// Verbs calls: the caller's user stack, then the call.
+#[derive(Default)]
+pub struct VerbsFolder {
+    folded: Folded,
+}
+
+impl Folder for VerbsFolder {
+    fn push(&mut self, rec: &Record) {
+        let Body::VerbsCall(v) = &rec.body else {
+            return;
+        };
+        let mut stack = vec![process_frame(rec.pid, &rec.comm)];
+        stack.extend(outer_first(&v.stack, ""));
+        stack.push(frame(&v.func));
+        self.folded.add(stack, 1);
+    }
+
+    fn finish(self: Box<Self>) -> Folded {
+        self.folded
+    }
+}
+
+/// On-CPU samples: user stack, then the kernel stack it was in (if any).
+#[derive(Default)]
+pub struct CpuFolder {
+    folded: Folded,
+}
+
+impl Folder for CpuFolder {
+    fn push(&mut self, rec: &Record) {
+        let Body::CpuSample(c) = &rec.body else {
+            return;
+        };
+        let mut stack = vec![process_frame(rec.pid, &rec.comm)];
+        stack.extend(outer_first(&c.user, ""));
+        stack.extend(outer_first(&c.kernel, "_[k]"));
+        self.folded.add(stack, 1);
+    }
+
+    fn finish(self: Box<Self>) -> Folded {
+        self.folded
+    }
+}
+
 /// The folder for `kind`.
 pub fn folder(kind: Kind) -> Box<dyn Folder> {
     match kind {
         Kind::Retransmits => Box::new(RetransmitFolder::default()),
-        // Filled in by the verbs-stack and CPU-profile work; until then nothing folds.
-        Kind::Verbs | Kind::Cpu => Box::new(Empty::default()),
-    }
-}
-
-#[derive(Default)]
-struct Empty {
-    folded: Folded,
-}
-
-impl Folder for Empty {
-    fn push(&mut self, _rec: &Record) {}
-    fn finish(self: Box<Self>) -> Folded {
-        self.folded
+        Kind::Verbs => Box::new(VerbsFolder::default()),
+        Kind::Cpu => Box::new(CpuFolder::default()),
     }
 }
 

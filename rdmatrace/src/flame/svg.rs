@@ -18,7 +18,10 @@ pub enum RenderError {
 fn what(kind: Kind) -> &'static str {
     match kind {
         Kind::Retransmits => "retransmit events",
-        Kind::Verbs => "verbs call stacks (recorded without --verbs-stacks?)",
+        Kind::Verbs => {
+            "verbs calls (no traced process called libibverbs/librdmacm, or the verbs probes \
+             were off: see the probe lines `record` printed)"
+        }
         Kind::Cpu => "CPU samples (recorded without --cpu-profile?)",
     }
 }

@@ -94,3 +94,72 @@ fn svg_is_deterministic_and_names_the_frames() {
         Err(svg::RenderError::Empty { .. })
     ));
 }
+
+fn named(frames: &[(u64, Option<&str>)]) -> Vec<Frame> {
+    frames
+        .iter()
+        .map(|(a, n)| Frame {
+            addr: *a,
+            name: n.map(String::from),
+        })
+        .collect()
+}
+
+fn call(pid: u32, func: &str, stack: &[(u64, Option<&str>)]) -> Record {
+    Record {
+        ts_ns: 1,
+        wall_ns: 1,
+        cpu: 0,
+        pid,
+        tid: pid,
+        comm: "rt-mover".into(),
+        body: Body::VerbsCall(crate::event::VerbsCall {
+            func: func.into(),
+            stack: named(stack),
+        }),
+    }
+}
+
+#[test]
+fn verbs_calls_fold_outermost_caller_first_with_the_call_last() {
+    let mut f = folder(Kind::Verbs);
+    let inner_to_outer = [(3, Some("open_qp")), (2, Some("setup")), (1, Some("main"))];
+    f.push(&call(7, "ibv_create_qp", &inner_to_outer));
+    f.push(&call(7, "ibv_create_qp", &inner_to_outer));
+    f.push(&call(7, "ibv_modify_qp", &[(4, None), (1, Some("main"))]));
+    // Other kinds do not fold here.
+    f.push(&retx(10, "bw", Some(0x11), "retransmit_timer"));
+    assert_eq!(
+        f.finish().lines(),
+        [
+            "rt-mover [7];main;[unknown];ibv_modify_qp 1",
+            "rt-mover [7];main;setup;open_qp;ibv_create_qp 2",
+        ]
+    );
+}
+
+#[test]
+fn cpu_samples_fold_user_then_kernel_frames_marked_k() {
+    let mut f = folder(Kind::Cpu);
+    let sample = |user: &[(u64, Option<&str>)], kernel: &[(u64, Option<&str>)]| Record {
+        body: Body::CpuSample(crate::event::CpuSample {
+            user: named(user),
+            kernel: named(kernel),
+        }),
+        ..call(9, "", &[])
+    };
+    let user = [(2, Some("poll_loop")), (1, Some("main"))];
+    f.push(&sample(&user, &[]));
+    f.push(&sample(&user, &[]));
+    f.push(&sample(
+        &[(5, Some("write")), (1, Some("main"))],
+        &[(0xb, Some("tcp_sendmsg")), (0xa, Some("do_syscall_64"))],
+    ));
+    assert_eq!(
+        f.finish().lines(),
+        [
+            "rt-mover [9];main;poll_loop 2",
+            "rt-mover [9];main;write;do_syscall_64_[k];tcp_sendmsg_[k] 1",
+        ]
+    );
+}

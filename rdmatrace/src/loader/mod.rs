@@ -2,12 +2,17 @@
 //! probe that this kernel allows, and report the ones that stay off with the reason.
 
 pub mod btf;
+pub mod uprobe;
 
 use std::path::PathBuf;
 
 use aya::{
     maps::Array,
-    programs::{BtfTracePoint, KProbe, ProgramError},
+    programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        BtfTracePoint, KProbe, PerfEvent, ProgramError, UProbe,
+    },
     Btf, Ebpf, EbpfLoader,
 };
 use rdmatrace_common::config::ProbeConfig;
@@ -58,6 +63,8 @@ pub struct LoadOptions {
     pub follow_forks: bool,
     /// Ring buffer size in bytes (power of two, >= page size).
     pub ringbuf_bytes: u32,
+    /// On-CPU profile at this frequency (Hz); `None`: no profile (the default).
+    pub cpu_hz: Option<u64>,
 }
 
 impl Default for LoadOptions {
@@ -67,6 +74,7 @@ impl Default for LoadOptions {
             traced_pids: None,
             follow_forks: false,
             ringbuf_bytes: rdmatrace_common::limits::RINGBUF_BYTES,
+            cpu_hz: None,
         }
     }
 }
@@ -177,7 +185,13 @@ fn program_error(e: ProgramError) -> String {
     }
 }
 
-fn attach_one(ebpf: &mut Ebpf, spec: &ProbeSpec, aya_btf: Option<&Btf>) -> Result<(), String> {
+fn attach_one(
+    ebpf: &mut Ebpf,
+    spec: &ProbeSpec,
+    aya_btf: Option<&Btf>,
+    opts: &LoadOptions,
+    lib_dirs: &[PathBuf],
+) -> Result<(), String> {
     let prog = ebpf
         .program_mut(spec.program)
         .ok_or_else(|| format!("program {} missing from the eBPF object", spec.program))?;
@@ -207,6 +221,50 @@ fn attach_one(ebpf: &mut Ebpf, spec: &ProbeSpec, aya_btf: Option<&Btf>) -> Resul
                 )
             })?;
         }
+        Hook::Uprobe { lib, cookie } => {
+            let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
+            let offset = uprobe::symbol_offset(&path, spec.target).map_err(|e| e.to_string())?;
+            let p: &mut UProbe = prog.try_into().map_err(program_error)?;
+            match p.load() {
+                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
+                Err(e) => return Err(program_error(e)),
+            }
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: Some(cookie),
+            };
+            p.attach(point, &path, UProbeScope::AllProcesses)
+                .map_err(|e| {
+                    format!(
+                        "cannot attach to {}:{}: {}",
+                        path.display(),
+                        spec.target,
+                        program_error(e)
+                    )
+                })?;
+        }
+        Hook::PerfCpuClock => {
+            let hz = opts.cpu_hz.ok_or("no sampling frequency given")?;
+            let cpus = aya::util::online_cpus()
+                .map_err(|(what, e)| format!("cannot list the online CPUs ({what}): {e}"))?;
+            let p: &mut PerfEvent = prog.try_into().map_err(program_error)?;
+            p.load().map_err(program_error)?;
+            for cpu in cpus {
+                p.attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(hz),
+                    false,
+                )
+                .map_err(|e| {
+                    format!(
+                        "cannot open a {hz} Hz cpu-clock perf event on CPU {cpu}: {} \
+                         (kernel.perf_event_max_sample_rate may be lower)",
+                        program_error(e)
+                    )
+                })?;
+            }
+        }
     }
     Ok(())
 }
@@ -224,7 +282,8 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     }
     let mut report = AttachReport::default();
     let mut usable: Vec<&Area> = Vec::new();
-    for area in areas {
+    let profile = opts.cpu_hz.map(|_| &crate::collect::profile::AREA);
+    for area in areas.iter().chain(profile) {
         match (area.resolve)(&mut kbtf, &mut cfg) {
             Ok(notes) => {
                 report
@@ -266,9 +325,10 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     }
 
     let aya_btf = Btf::from_sys_fs().ok();
+    let lib_dirs = uprobe::library_dirs();
     for area in usable {
         for spec in area.probes {
-            let state = match attach_one(&mut ebpf, spec, aya_btf.as_ref()) {
+            let state = match attach_one(&mut ebpf, spec, aya_btf.as_ref(), opts, &lib_dirs) {
                 Ok(()) => ProbeState::Attached,
                 Err(why) => ProbeState::Off(why),
             };

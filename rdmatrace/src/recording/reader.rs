@@ -5,8 +5,8 @@
 use std::{fmt, path::Path};
 
 use super::{
-    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MAX_CHUNK, TAG_EVENT, TAG_LOST,
-    VERSION,
+    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MAX_CHUNK, MIN_VERSION,
+    TAG_EVENT, TAG_LOST, TAG_SYMBOL, VERSION,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -21,7 +21,7 @@ pub enum ReadError {
         "not an rdmatrace recording: offset 0 has {found:02x?}, expected the magic \"RDMATRC\\0\""
     )]
     BadMagic { found: Vec<u8> },
-    #[error("recording format version {found} at offset 8 is not supported (this rdmatrace reads version {VERSION})")]
+    #[error("recording format version {found} at offset 8 is not supported (this rdmatrace reads versions {MIN_VERSION} to {VERSION})")]
     Version { found: u32 },
     #[error("recording header truncated: offset {offset} needs {need} bytes, the file has {have}")]
     ShortHeader {
@@ -124,7 +124,7 @@ impl Recording {
             });
         }
         let version = u32_at(&data, 8);
-        if version != VERSION {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(ReadError::Version { found: version });
         }
         let len = u32_at(&data, 12) as usize;
@@ -256,6 +256,13 @@ fn entries(raw: &[u8], f: &mut impl FnMut(Entry<'_>)) -> Result<(), String> {
                 let ts_ns = u64::from_le_bytes(body[..8].try_into().unwrap_or_default());
                 let count = u64::from_le_bytes(body[8..].try_into().unwrap_or_default());
                 f(Entry::Lost { ts_ns, count });
+            }
+            TAG_SYMBOL if len >= 12 => {
+                let pid = u32::from_le_bytes(body[..4].try_into().unwrap_or_default());
+                let addr = u64::from_le_bytes(body[4..12].try_into().unwrap_or_default());
+                let name = std::str::from_utf8(&body[12..])
+                    .map_err(|e| format!("symbol entry at payload byte {i} is not UTF-8: {e}"))?;
+                f(Entry::Symbol { pid, addr, name });
             }
             other => {
                 return Err(format!(

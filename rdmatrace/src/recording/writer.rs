@@ -7,7 +7,7 @@ use std::{
     path::Path,
 };
 
-use super::{Header, CHUNK_MAGIC, FLAG_LZ4, MAGIC, TAG_EVENT, TAG_LOST, VERSION};
+use super::{Header, CHUNK_MAGIC, FLAG_LZ4, MAGIC, TAG_EVENT, TAG_LOST, TAG_SYMBOL, VERSION};
 
 /// Flush a chunk once its raw payload reaches this size.
 const CHUNK_TARGET: usize = 256 << 10;
@@ -82,6 +82,20 @@ impl<W: Write> RecordingWriter<W> {
         b[..8].copy_from_slice(&ts_ns.to_le_bytes());
         b[8..].copy_from_slice(&count.to_le_bytes());
         self.entry(TAG_LOST, &b)
+    }
+
+    /// What address `addr` of process `pid` (0: the kernel) is; written before the events that
+    /// need it. Names longer than an entry allows are cut (at a character boundary).
+    pub fn symbol(&mut self, pid: u32, addr: u64, name: &str) -> io::Result<()> {
+        let mut end = name.len().min(4096);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut b = Vec::with_capacity(12 + end);
+        b.extend_from_slice(&pid.to_le_bytes());
+        b.extend_from_slice(&addr.to_le_bytes());
+        b.extend_from_slice(&name.as_bytes()[..end]);
+        self.entry(TAG_SYMBOL, &b)
     }
 
     /// Writes the pending entries as one chunk (nothing when there are none).

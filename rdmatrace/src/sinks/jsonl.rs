@@ -41,6 +41,17 @@ fn owner(d: &mut Map<String, Value>, pid: u32, comm: &str) {
     );
 }
 
+/// `key`: frame names innermost first; `key_addrs`: their addresses as hex strings.
+fn stack(d: &mut Map<String, Value>, key: &str, frames: &[crate::event::Frame]) {
+    let names: Vec<Value> = frames.iter().map(|f| f.label().into()).collect();
+    let addrs: Vec<Value> = frames
+        .iter()
+        .map(|f| format!("{:#x}", f.addr).into())
+        .collect();
+    d.insert(key.into(), names.into());
+    d.insert(format!("{key}_addrs"), addrs.into());
+}
+
 pub fn to_json(rec: &Record) -> Value {
     let mut d = Map::new();
     d.insert("ts_ns".into(), rec.ts_ns.into());
@@ -215,6 +226,14 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("cqn".into(), n.cqn.into());
             d.insert("notifications".into(), n.count.into());
             owner(&mut d, n.owner_pid, &n.owner_comm);
+        }
+        Body::VerbsCall(v) => {
+            d.insert("func".into(), v.func.clone().into());
+            stack(&mut d, "stack", &v.stack);
+        }
+        Body::CpuSample(c) => {
+            stack(&mut d, "user_stack", &c.user);
+            stack(&mut d, "kernel_stack", &c.kernel);
         }
         Body::Lost { count } => {
             d.insert("count".into(), (*count).into());

@@ -210,6 +210,14 @@ pub fn line(rec: &Record) -> String {
             }
             ("cm", d)
         }
+        Body::VerbsCall(v) => ("verbs", verbs_details(v)),
+        Body::CpuSample(c) => (
+            "sample",
+            c.user
+                .first()
+                .or(c.kernel.first())
+                .map_or_else(String::new, |f| f.label().to_string()),
+        ),
         Body::Lost { count } => ("LOST", format!("{count} events dropped (ring buffer full)")),
     };
     let mut l = format!(
@@ -240,6 +248,16 @@ fn retransmit_details(r: &crate::event::Retransmit) -> String {
     // The PID/COMM columns show the owner; JSON also has the on-CPU task.
     if r.owner_pid == 0 {
         d += " (owner unknown)";
+    }
+    d
+}
+
+/// `ibv_create_qp <- caller <- its caller` (cut to the line width by the caller).
+fn verbs_details(v: &crate::event::VerbsCall) -> String {
+    let mut d = v.func.clone();
+    for f in v.stack.iter().take(3) {
+        d += " <- ";
+        d += f.label();
     }
     d
 }

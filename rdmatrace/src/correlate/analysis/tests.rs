@@ -432,7 +432,32 @@ fn a_failed_rtr_with_a_path_mtu_above_the_port_mtu_says_so() {
             ret: -22,
         },
     ));
+    // rxe accepts it instead: still unusable, and said so.
+    a.push(&rec(
+        3,
+        "app",
+        4,
+        Body::QpModify {
+            qp: qp(0x11),
+            attrs: ModifyAttrs {
+                attr_mask: 1 | (1 << 8),
+                cur_state: Some(QpState::Init),
+                new_state: Some(QpState::Rtr),
+                path_mtu: Some(5),
+                ..Default::default()
+            },
+            ret: 0,
+        },
+    ));
     let r = a.finish();
+    let accepted = r
+        .anomalies
+        .iter()
+        .find(|x| x.kind == "path_mtu")
+        .expect("path_mtu anomaly");
+    assert!(accepted
+        .detail
+        .contains("above the active MTU of rxe0 port 1 (1024"));
     let m = r
         .anomalies
         .iter()
@@ -474,8 +499,14 @@ fn ports_going_down_and_devices_going_away_are_anomalies() {
     assert_eq!(
         kinds,
         [
-            ("port_down", "port rxe0/1 went DOWN (was ACTIVE)".to_string()),
-            ("device_removed", "device rxe0 removed (port 1 gone)".to_string())
+            (
+                "port_down",
+                "port rxe0/1 went DOWN (was ACTIVE)".to_string()
+            ),
+            (
+                "device_removed",
+                "device rxe0 removed (port 1 gone)".to_string()
+            )
         ],
         "a port first seen DOWN is not news; one that leaves ACTIVE is"
     );

@@ -36,6 +36,7 @@ fn collect(rec: &Recording) -> (Vec<u8>, u64, Vec<ChunkProblem>) {
     let problems = rec.replay(|e| match e {
         Entry::Event(b) => firsts.push(b[0]),
         Entry::Lost { count, .. } => lost += count,
+        Entry::Symbol { .. } => {}
     });
     (firsts, lost, problems)
 }
@@ -139,4 +140,46 @@ fn whole_file_errors_name_offset_and_expectation() {
         err.to_string().contains("truncated") || err.to_string().contains("offset 0"),
         "{err}"
     );
+}
+
+#[test]
+fn symbol_entries_round_trip_in_order_with_events() {
+    let mut w = RecordingWriter::new(Vec::new(), &header()).expect("writer");
+    w.symbol(42, 0x7f00_1234, "rt_mover::main").expect("symbol");
+    w.event(&[7; 40]).expect("event");
+    w.symbol(0, 0xffff_ffff_8100_0000, "do_syscall_64;x")
+        .expect("symbol");
+    // Longer than any entry may be: cut, still valid UTF-8.
+    let long = "é".repeat(5000);
+    w.symbol(42, 1, &long).expect("long symbol");
+    let bytes = w.finish().expect("finish").0;
+    let rec = Recording::from_bytes(bytes).expect("open");
+    let mut seen = Vec::new();
+    let problems = rec.replay(|e| match e {
+        Entry::Event(b) => seen.push(format!("event {}", b[0])),
+        Entry::Symbol { pid, addr, name } => {
+            seen.push(format!("{pid} {addr:#x} {}", &name[..name.len().min(20)]));
+        }
+        Entry::Lost { .. } => {}
+    });
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(
+        seen,
+        [
+            "42 0x7f001234 rt_mover::main",
+            "event 7",
+            "0 0xffffffff81000000 do_syscall_64;x",
+            "42 0x1 éééééééééé",
+        ]
+    );
+}
+
+#[test]
+fn version_1_files_still_read() {
+    let (mut bytes, _) = sample(1, 3);
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let rec = Recording::from_bytes(bytes).expect("version 1 opens");
+    let (firsts, _, problems) = collect(&rec);
+    assert_eq!(firsts, [0, 1, 2]);
+    assert!(problems.is_empty(), "{problems:?}");
 }

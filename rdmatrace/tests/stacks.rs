@@ -1,0 +1,156 @@
+//! Host tier, stacks: `record` on this host's kernel (uprobes and perf events work here even
+//! without an RDMA stack) of a child that is this test binary itself, running a named function:
+//! a verbs call made through the installed libibverbs, and a CPU-bound loop. The folded
+//! flamegraphs must name those functions.
+
+mod common;
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use common::*;
+
+const CHILD: &str = "RDMATRACE_STACKS_CHILD";
+
+/// Calls `ibv_get_device_list` of the installed libibverbs (loaded at run time, so the test
+/// binary does not link it) from a function with a name to find in the stack.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rdmatrace_test_calls_verbs() -> i32 {
+    type GetList = unsafe extern "C" fn(*mut i32) -> *mut *mut libc::c_void;
+    type FreeList = unsafe extern "C" fn(*mut *mut libc::c_void);
+    // SAFETY: dlopen/dlsym with NUL-terminated names; the symbols have these C signatures in
+    // rdma-core's <infiniband/verbs.h>; the list is freed with its own free function.
+    unsafe {
+        let lib = libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_NOW);
+        if lib.is_null() {
+            return -1;
+        }
+        let get = libc::dlsym(lib, c"ibv_get_device_list".as_ptr());
+        let free = libc::dlsym(lib, c"ibv_free_device_list".as_ptr());
+        if get.is_null() || free.is_null() {
+            return -1;
+        }
+        let get: GetList = std::mem::transmute(get);
+        let free: FreeList = std::mem::transmute(free);
+        let mut n = 0;
+        let list = std::hint::black_box(get(&mut n));
+        if !list.is_null() {
+            free(list);
+        }
+        n
+    }
+}
+
+/// Spins on the CPU for `ms` milliseconds, almost all of it in this function's own code (no
+/// calls in the inner loop, even in a debug build), so samples land here.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rdmatrace_test_burns_cpu(ms: u64) -> u64 {
+    let end = std::time::Instant::now() + Duration::from_millis(ms);
+    let mut x = 0u64;
+    while std::time::Instant::now() < end {
+        let mut i = 0u64;
+        while i < 5_000_000 {
+            // SAFETY: an empty asm block that only claims to change `x`: keeps the loop.
+            unsafe { std::arch::asm!("/* {0} */", inout(reg) x) };
+            i += 1;
+        }
+    }
+    x
+}
+
+/// Not a test on its own: the child that the tests below record.
+#[test]
+fn stacks_child() {
+    match std::env::var(CHILD).as_deref() {
+        Ok("verbs") => {
+            rdmatrace_test_calls_verbs();
+        }
+        Ok("cpu") => {
+            rdmatrace_test_burns_cpu(2000);
+        }
+        _ => {}
+    }
+}
+
+fn libibverbs_installed() -> bool {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ]
+    .iter()
+    .any(|d| PathBuf::from(d).join("libibverbs.so.1").exists())
+}
+
+/// Records this binary running `stacks_child` in `mode`; returns the folded stacks of `kind`.
+fn record_child(mode: &str, extra: &[&str], kind: &str) -> (String, String) {
+    let dir = std::env::temp_dir().join(format!("rdmatrace-stacks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let file = dir.join(format!("{mode}.rdmt"));
+    let f = file.to_str().expect("utf8");
+    let me = std::env::current_exe().expect("test binary");
+    let mut args = vec!["record", "-o", f];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "--",
+        me.to_str().expect("utf8"),
+        "--exact",
+        "stacks_child",
+        "--test-threads=1",
+    ]);
+    let out = Command::new(bin())
+        .args(&args)
+        .env(CHILD, mode)
+        .output()
+        .expect("run rdmatrace record");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "record failed: {stderr}");
+    let fg = run(&["flamegraph", f, "--kind", kind, "--folded", "-o", "-"]);
+    assert!(fg.status.success(), "{}\nrecord: {stderr}", fg.stderr);
+    (fg.stdout, stderr)
+}
+
+#[test]
+fn host_verbs_call_stack_names_the_calling_function() {
+    if !is_root() || !libibverbs_installed() {
+        eprintln!("SKIPPED: needs root and libibverbs.so.1 (uprobes on the installed library)");
+        return;
+    }
+    let (folded, stderr) = record_child("verbs", &[], "verbs");
+    // Exactly one call, made by our function straight above it.
+    let calls: Vec<&str> = folded
+        .lines()
+        .filter(|l| l.contains(";ibv_get_device_list "))
+        .collect();
+    assert_eq!(calls.len(), 1, "{folded}\n{stderr}");
+    assert!(
+        calls[0].ends_with(";rdmatrace_test_calls_verbs;ibv_get_device_list 1"),
+        "{folded}"
+    );
+}
+
+#[test]
+fn host_cpu_profile_names_the_busy_function() {
+    if !is_root() {
+        eprintln!("SKIPPED: recording needs root");
+        return;
+    }
+    let (folded, stderr) = record_child("cpu", &["--cpu-profile", "--cpu-hz", "99"], "cpu");
+    let busy: u64 = folded
+        .lines()
+        .filter(|l| l.contains(";rdmatrace_test_burns_cpu "))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, n)| n.parse::<u64>().ok()))
+        .sum();
+    // 2 s at 99 Hz is ~200 samples when the CPU is ours; allow for a loaded machine. The busy
+    // function is the innermost user frame of its samples.
+    assert!(
+        busy >= 10,
+        "{busy} samples in the busy loop:\n{folded}\n{stderr}"
+    );
+    assert!(
+        !folded.lines().any(|l| l.starts_with("rdmatrace [")),
+        "the recorder sampled itself:\n{folded}"
+    );
+}
