@@ -1,7 +1,8 @@
-//! Periodic samples, turned into records of the same wire format as kernel events (kinds
-//! >= 100 in `rdmatrace-common`), so they decode, correlate and record like the rest:
-//! per-process TCP bytes and per-QP traffic from kernel aggregates, and the RDMA port
-//! counters of sysfs. Only what moved since the previous sample is emitted.
+//! Periodic samples, turned into records of the same wire format as kernel events (kinds of
+//! 100 and above in `rdmatrace-common`), so they decode, correlate and record like the rest:
+//! per-process TCP bytes and per-QP traffic from kernel aggregates, the RDMA port counters,
+//! port states and MTUs of sysfs, and the rdma netlink QP table and per-QP counters. Only
+//! what changed since the previous sample is emitted.
 
 use std::{
     collections::HashMap,

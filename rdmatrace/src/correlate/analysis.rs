@@ -126,13 +126,16 @@ pub struct Report {
     pub anomalies: Vec<Anomaly>,
 }
 
+/// (owner pid, transport, target): one blame row.
+type BlameKey = (u32, &'static str, String);
+
 /// Cloneable so a live view (`top`) can take a report now and keep accumulating.
 #[derive(Clone, Default)]
 pub struct Analyzer {
     procs: BTreeMap<u32, ProcStats>,
     live: HashMap<QpKey, usize>,
     qps: Vec<QpLife>,
-    blame: HashMap<(u32, &'static str, String), (String, u64, Vec<String>)>,
+    blame: HashMap<BlameKey, (String, u64, Vec<String>)>,
     port_counters: BTreeMap<(String, u32, String), u64>,
     anomalies: Vec<Anomaly>,
     /// (QP, wc status) pairs already reported as an anomaly; repeats are only counted.
@@ -404,13 +407,11 @@ impl Analyzer {
                     self.qps[i].state_since_ns = rec.ts_ns;
                 }
             }
-            Body::Resource(r) => {
-                if r.added && r.res_type == ResType::Ctx && r.owner_pid != 0 {
-                    let p = self.proc(r.owner_pid, &r.owner_comm);
-                    p.ctx_opens += 1;
-                    if !p.devices.contains(&r.dev) {
-                        p.devices.push(r.dev.clone());
-                    }
+            Body::Resource(r) if r.added && r.res_type == ResType::Ctx && r.owner_pid != 0 => {
+                let p = self.proc(r.owner_pid, &r.owner_comm);
+                p.ctx_opens += 1;
+                if !p.devices.contains(&r.dev) {
+                    p.devices.push(r.dev.clone());
                 }
             }
             Body::ProcessExit { exit_code, .. } => {
@@ -513,52 +514,48 @@ impl Analyzer {
                 }
                 self.ports.insert(key, p.clone());
             }
-            Body::QpCounter(c) => {
-                if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) && c.delta > 0 {
-                    let owner = c.qpns.first().and_then(|q| {
-                        let key = QpKey {
-                            dev: c.dev.clone(),
-                            qpn: *q,
-                        };
-                        self.qp_mut(&key)
-                            .map(|l| (l.owner_pid, l.owner_comm.clone()))
-                    });
-                    let (pid, comm) = match (rec.pid, owner) {
-                        (0, Some(o)) => o,
-                        (p, _) => (p, rec.comm.clone()),
+            Body::QpCounter(c) if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) && c.delta > 0 => {
+                let owner = c.qpns.first().and_then(|q| {
+                    let key = QpKey {
+                        dev: c.dev.clone(),
+                        qpn: *q,
                     };
-                    let target = match c.qpns.as_slice() {
-                        [q] if c.nqpns == 1 => format!("{} QPN {q:#x}", c.dev),
-                        qs => format!(
-                            "{} counter #{} (QPN {})",
-                            c.dev,
-                            c.counter_id,
-                            qs.iter()
-                                .map(|q| format!("{q:#x}"))
-                                .collect::<Vec<_>>()
-                                .join(",")
-                        ),
-                    };
-                    if pid != 0 {
-                        self.proc(pid, &comm).retrans_rdma += c.delta;
-                    }
-                    let e = self
-                        .blame
-                        .entry((pid, "qp_counter", target))
-                        .or_insert_with(|| (comm, 0, Vec::new()));
-                    e.1 += c.delta;
-                    if !e.2.iter().any(|x| x == &c.name) {
-                        e.2.push(c.name.clone());
-                    }
+                    self.qp_mut(&key)
+                        .map(|l| (l.owner_pid, l.owner_comm.clone()))
+                });
+                let (pid, comm) = match (rec.pid, owner) {
+                    (0, Some(o)) => o,
+                    (p, _) => (p, rec.comm.clone()),
+                };
+                let target = match c.qpns.as_slice() {
+                    [q] if c.nqpns == 1 => format!("{} QPN {q:#x}", c.dev),
+                    qs => format!(
+                        "{} counter #{} (QPN {})",
+                        c.dev,
+                        c.counter_id,
+                        qs.iter()
+                            .map(|q| format!("{q:#x}"))
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                };
+                if pid != 0 {
+                    self.proc(pid, &comm).retrans_rdma += c.delta;
+                }
+                let e = self
+                    .blame
+                    .entry((pid, "qp_counter", target))
+                    .or_insert_with(|| (comm, 0, Vec::new()));
+                e.1 += c.delta;
+                if !e.2.iter().any(|x| x == &c.name) {
+                    e.2.push(c.name.clone());
                 }
             }
-            Body::Counter(c) => {
-                if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) {
-                    *self
-                        .port_counters
-                        .entry((c.dev.clone(), c.port, c.name.clone()))
-                        .or_default() += c.delta;
-                }
+            Body::Counter(c) if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) => {
+                *self
+                    .port_counters
+                    .entry((c.dev.clone(), c.port, c.name.clone()))
+                    .or_default() += c.delta;
             }
             Body::Async(a) => {
                 let bad = matches!(
