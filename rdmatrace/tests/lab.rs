@@ -1242,7 +1242,11 @@ fn lab_path_mtu_above_the_port_mtu_is_named_as_the_cause() {
     let anomalies = r["data"]["anomalies"].as_array().expect("anomalies");
     let client = anomalies
         .iter()
-        .find(|a| a["kind"] == json!("path_mtu") && a["qpn"] == json!(client_qpn))
+        .find(|a| {
+            a["kind"] == json!("path_mtu")
+                && a["dev"] == json!("rxe0")
+                && a["qpn"] == json!(client_qpn)
+        })
         .unwrap_or_else(|| {
             panic!(
                 "no path_mtu anomaly for the client's QP {client_qpn:#x} (client: {client_out}, \
