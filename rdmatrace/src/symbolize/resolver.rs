@@ -62,6 +62,13 @@ impl Resolver {
             Some((EventKind::VerbsCall | EventKind::CpuSample, _)) => {}
             Some((EventKind::ProcessExec, pid)) => {
                 self.forget(pid);
+                // Read the new program's mappings now: a short-lived process may be gone by
+                // the time its first stack is handled, and its own code (where the callers
+                // of interest live) is mapped from exec on. Libraries mapped later are added
+                // when a stack needs them, while the process lives.
+                if let Some(m) = maps::read(pid) {
+                    self.maps.insert(pid, m);
+                }
                 return Vec::new();
             }
             _ => return Vec::new(),
