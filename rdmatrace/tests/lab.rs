@@ -112,7 +112,15 @@ fn qp_events<'a>(events: &'a [Value], pid: u32, dev: &str, qpn: u32) -> Vec<&'a 
 }
 
 fn assert_lifecycle(events: &[Value], side: &str, pid: u32, dev: &str, qpn: u32, peer_qpn: u32) {
-    let evs = qp_events(events, pid, dev, qpn);
+    // The verbs lifecycle only (the QP table's `qp_res` rows are checked elsewhere).
+    let evs: Vec<&Value> = qp_events(events, pid, dev, qpn)
+        .into_iter()
+        .filter(|e| {
+            e["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("qp_") && t != "qp_res")
+        })
+        .collect();
     let summary: Vec<String> = evs
         .iter()
         .map(|e| {
@@ -1367,6 +1375,11 @@ fn lab_verbs_flamegraph_names_the_workload_code_that_creates_and_modifies_qps() 
         mover.to_str().expect("utf8"),
         "--mib",
         "2",
+        // Known gap: when the recorder handles a stack after the process is gone, callers
+        // outside the mappings read at exec come out `[unknown]` (seen intermittently under
+        // TCG); the program stays 2 s so this test checks the names themselves.
+        "--linger-secs",
+        "2",
     ]);
     assert!(
         rec.status.success(),
@@ -1398,41 +1411,28 @@ fn lab_verbs_flamegraph_names_the_workload_code_that_creates_and_modifies_qps() 
         "rt-mover creates a sender and a receiver QP: {stacks:#?}"
     );
     // The frame right above the call is the workload's own function (its return address is
-    // taken at the probe, so it is there even without frame pointers). Known gap (see
-    // below): a caller is sometimes `[unknown]` in the lab; a named one must be right.
-    let mut named_creates = 0;
-    for (s, n) in &creates {
-        if s[s.len() - 2] != "[unknown]" {
-            assert_eq!(
-                s[s.len() - 2],
-                "rdmatrace_workloads::Verbs::create_rc_qp_with",
-                "{s:?}"
-            );
-            named_creates += n;
-        }
+    // taken at the probe, so it is there even without frame pointers).
+    for (s, _) in &creates {
+        assert_eq!(
+            s[s.len() - 2],
+            "rdmatrace_workloads::Verbs::create_rc_qp_with",
+            "{s:?}"
+        );
     }
-    assert!(named_creates >= 1, "{stacks:#?}");
-    // INIT, RTR and RTS for each QP. Known gap: a caller is sometimes `[unknown]` in the lab
-    // (the recorder did not find its mapping; see the branch report); every named one must be
-    // the workload's, and most must be named.
+    // INIT, RTR and RTS for each QP, each from the workload's own QP code.
     let modifies = calls("ibv_modify_qp");
     assert_eq!(
         modifies.iter().map(|(_, n)| n).sum::<u64>(),
         6,
         "{stacks:#?}"
     );
-    let mut named = 0;
-    for (s, n) in &modifies {
+    for (s, _) in &modifies {
         let caller = s[s.len() - 2].as_str();
-        if caller != "[unknown]" {
-            assert!(
-                caller.starts_with("rdmatrace_workloads::Qp::"),
-                "modify from {caller}: {s:?}"
-            );
-            named += n;
-        }
+        assert!(
+            caller.starts_with("rdmatrace_workloads::Qp::"),
+            "modify from {caller}: {s:?}"
+        );
     }
-    assert!(named >= 3, "{stacks:#?}");
     let mrs: u64 = calls("ibv_reg_mr").iter().map(|(_, n)| n).sum();
     assert_eq!(mrs, 2, "source and target buffers: {stacks:#?}");
     // The kernel saw as many QPs created by that process.
