@@ -37,6 +37,9 @@ struct Recorder {
     /// Names stack addresses now, while the processes live; the names go into the file.
     resolver: Resolver,
     error: Option<io::Error>,
+    /// The command's process until it execs: a copy of the recorder, whose CPU samples are
+    /// the recorder's spawning code, not the program's.
+    unexeced_child: Option<u32>,
 }
 
 impl Recorder {
@@ -51,8 +54,16 @@ impl Consumer for Recorder {
     fn raw(&mut self, bytes: &[u8]) {
         // Until the command is spawned the recorder itself is traced (to follow the fork):
         // its own CPU samples are not the program's.
-        if crate::decode::peek(bytes) == Some((EventKind::CpuSample, std::process::id())) {
-            return;
+        match crate::decode::peek(bytes) {
+            Some((EventKind::CpuSample, pid))
+                if pid == std::process::id() || Some(pid) == self.unexeced_child =>
+            {
+                return;
+            }
+            Some((EventKind::ProcessExec, pid)) if Some(pid) == self.unexeced_child => {
+                self.unexeced_child = None;
+            }
+            _ => {}
         }
         for s in self.resolver.names_for(bytes) {
             let r = self.writer.symbol(s.pid, s.addr, &s.name);
@@ -125,11 +136,13 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         writer,
         resolver,
         error: None,
+        unexeced_child: None,
     };
     let mut source = RingSource::new(&mut tracer)?;
     let mut sampler = live::sampler(&mut tracer, cfg.bind_qp_counters);
 
     let mut child = live::spawn_traced(&mut tracer, &cfg.command)?;
+    recorder.unexeced_child = child.as_ref().and_then(|c| c.id());
     eprintln!("{READY_LINE}");
     let end = live::run(
         &mut source,
