@@ -1375,11 +1375,6 @@ fn lab_verbs_flamegraph_names_the_workload_code_that_creates_and_modifies_qps() 
         mover.to_str().expect("utf8"),
         "--mib",
         "2",
-        // Known gap: when the recorder handles a stack after the process is gone, callers
-        // outside the mappings read at exec come out `[unknown]` (seen intermittently under
-        // TCG); the program stays 2 s so this test checks the names themselves.
-        "--linger-secs",
-        "2",
     ]);
     assert!(
         rec.status.success(),

@@ -118,9 +118,17 @@ impl Resolver {
         let covered = |m: &Vec<Mapping>| fresh.iter().all(|a| m.iter().any(|m| m.contains(*a)));
         if !self.maps.get(&pid).is_some_and(covered) {
             // First stack of this process, or code mapped since (dlopen): read the maps again
-            // while the process is still there; if it is gone, keep what we had.
-            if let Some(m) = maps::read(pid) {
-                self.maps.insert(pid, m);
+            // while the process is still there. An exiting process (or a zombie) shows no
+            // mappings at all, so what is read is added to what we had, never replaces it.
+            if let Some(fresh_maps) = maps::read(pid) {
+                let known = self.maps.entry(pid).or_default();
+                // A range mapped anew (dlclose, then dlopen) takes the place of the old one.
+                known.retain(|old| {
+                    !fresh_maps
+                        .iter()
+                        .any(|n| n.start < old.end && old.start < n.end)
+                });
+                known.extend(fresh_maps);
             }
         }
         let mappings = self.maps.get(&pid).cloned().unwrap_or_default();
