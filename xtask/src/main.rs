@@ -1,8 +1,9 @@
-//! Project automation: `cargo xtask <bootstrap|lab|test|demo>`.
+//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench>`.
 //!
 //! Everything a fresh machine needs is installed here, idempotently: a second run costs seconds
 //! and says what it skipped.
 
+mod bench;
 mod bootstrap;
 mod cmd;
 mod demo;
@@ -44,6 +45,19 @@ enum Command {
     },
     /// The main job on the embedded default: boot the lab and trace a real ibv_rc_pingpong.
     Demo,
+    /// Measure what rdmatrace costs (replay, recording size, ingest storm, lab overhead vs
+    /// bpftrace) and write BENCHMARKS.md. Not part of `test`.
+    Bench {
+        /// Interleaved lab rounds (each: no tracer, rdmatrace, bpftrace).
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+        /// Length of the ingest storm on this host.
+        #[arg(long, default_value_t = 10)]
+        storm_secs: u32,
+        /// Leave out the lab (perftest overhead, attach time).
+        #[arg(long)]
+        skip_lab: bool,
+    },
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -67,6 +81,18 @@ fn run() -> anyhow::Result<ExitCode> {
             host_only,
         } => test::run(require_lab, host_only),
         Command::Demo => demo::run(),
+        Command::Bench {
+            rounds,
+            storm_secs,
+            skip_lab,
+        } => {
+            bench::run(&bench::BenchOptions {
+                rounds,
+                storm_secs,
+                skip_lab,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
