@@ -74,18 +74,21 @@ stop_tracer() {
     fi
 }
 
-# One perftest run (server on rxe1, client on rxe0); prints the client's output.
+# One perftest run (server on rxe1, client on rxe0); prints the client's output. The client
+# retries for up to 2 minutes: under TCG a loaded host can take that long to start a server.
 perf() {
-    local prog=$1 ok=0
+    local prog=$1 ok=0 deadline
     shift
     "$prog" -d rxe1 -x 1 -F "$@" >"$out/server.txt" 2>&1 &
     local s=$!
-    for _ in $(seq 40); do
-        sleep 0.3
+    deadline=$(($(date +%s) + 120))
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        sleep 0.5
         if "$prog" -d rxe0 -x 1 -F "$@" 192.0.2.2 >"$out/client.txt" 2>&1; then ok=1; break; fi
     done
+    [ $ok = 1 ] || kill "$s" 2>/dev/null
     wait "$s"
-    [ $ok = 1 ] || { say "$prog never succeeded:"; cat "$out/client.txt" >&2; exit 1; }
+    [ $ok = 1 ] || { say "$prog never succeeded:"; cat "$out/client.txt" "$out/server.txt" >&2; exit 1; }
     cat "$out/client.txt"
 }
 

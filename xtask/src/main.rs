@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench>`.
+//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench|fuzz>`.
 //!
 //! Everything a fresh machine needs is installed here, idempotently: a second run costs seconds
 //! and says what it skipped.
@@ -7,6 +7,7 @@ mod bench;
 mod bootstrap;
 mod cmd;
 mod demo;
+mod fuzz;
 mod lab;
 mod test;
 
@@ -58,6 +59,13 @@ enum Command {
         #[arg(long)]
         skip_lab: bool,
     },
+    /// Fuzz the recording reader and the event decoder (nightly, cargo-fuzz); the corpus is
+    /// kept in fuzz/corpus and replayed by the host tier.
+    Fuzz {
+        /// Total time, split evenly between the targets.
+        #[arg(long, default_value_t = 600)]
+        secs: u64,
+    },
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -81,6 +89,10 @@ fn run() -> anyhow::Result<ExitCode> {
             host_only,
         } => test::run(require_lab, host_only),
         Command::Demo => demo::run(),
+        Command::Fuzz { secs } => {
+            fuzz::run(secs)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench {
             rounds,
             storm_secs,

@@ -44,7 +44,7 @@ pub struct Inputs<'a> {
     pub reproduce: &'a str,
     pub replay: &'a Replay,
     pub storms: &'a [Storm],
-    pub lab: Option<&'a LabResults>,
+    pub lab: Option<Result<&'a LabResults, &'a String>>,
     pub fixtures: &'a [(String, u64, u64)],
 }
 
@@ -138,7 +138,7 @@ fn size_section(s: &mut String, i: &Inputs<'_>) {
             st.command
         );
     }
-    if let Some(lab) = i.lab {
+    if let Some(Ok(lab)) = i.lab {
         let ev = lab.values("rec_events", "rdmatrace");
         let by = lab.values("rec_bytes", "rdmatrace");
         let (e, b): (f64, f64) = (ev.iter().sum(), by.iter().sum());
@@ -219,11 +219,21 @@ fn storm_section(s: &mut String, storms: &[Storm]) {
     s.push('\n');
 }
 
-fn lab_section(s: &mut String, lab: Option<&LabResults>, reproduce: &str) {
+fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reproduce: &str) {
     let _ = writeln!(s, "## Overhead on real RDMA traffic (Soft-RoCE lab)\n");
-    let Some(lab) = lab else {
-        let _ = writeln!(s, "Not measured in this run (`--skip-lab`).\n");
-        return;
+    let lab = match lab {
+        None => {
+            let _ = writeln!(s, "Not measured in this run (`--skip-lab`).\n");
+            return;
+        }
+        Some(Err(why)) => {
+            let _ = writeln!(
+                s,
+                "Not measured: the lab run failed (`{reproduce}`):\n\n```\n{why}\n```\n"
+            );
+            return;
+        }
+        Some(Ok(lab)) => lab,
     };
     let _ = writeln!(
         s,
