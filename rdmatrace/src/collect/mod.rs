@@ -50,6 +50,7 @@ pub const AREAS: &[Area] = &[
     qp::AREA,
     res::AREA,
     async_event::AREA,
+    async_event::DEV_AREA,
     cm::AREA,
     cq::AREA,
     rxe::AREA,

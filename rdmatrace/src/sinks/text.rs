@@ -167,6 +167,7 @@ pub fn line(rec: &Record) -> String {
             "async",
             match &a.element {
                 AsyncElement::Qp(_) if a.source == "uverbs" => a.event.clone(),
+                AsyncElement::Port(_) if a.source == "ib_core" => a.event.clone(),
                 AsyncElement::Qp(_) => format!("{} ({})", a.event, a.source),
                 AsyncElement::Cq(id) => format!("{} CQ#{id}", a.event),
                 AsyncElement::Srq(id) => format!("{} SRQ#{id}", a.event),
