@@ -119,7 +119,10 @@ fn a_device_unregistration_decodes_and_prints_as_such() {
         ("rxe0", "DEVICE_UNREGISTER", "ib_core")
     );
     let line = crate::sinks::text::line(&rec);
-    assert!(line.contains("DEVICE_UNREGISTER") && !line.contains("port"), "{line}");
+    assert!(
+        line.contains("DEVICE_UNREGISTER") && !line.contains("port"),
+        "{line}"
+    );
     // The same record from uverbs is an ordinary ib_event (type 1 = QP_FATAL).
     let uverbs = AsyncEvent {
         source: async_source::UVERBS,
