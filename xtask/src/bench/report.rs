@@ -196,7 +196,7 @@ fn storm_section(s: &mut String, storms: &[Storm]) {
     );
     let _ = writeln!(
         s,
-        "| ring buffer | connections (per s) | events delivered | lost | events/s (delivered+lost) | recorder CPU | peak RSS | reproduce |\n|---|---|---|---|---|---|---|---|"
+        "| ring buffer | connections (per s) | events delivered | lost | events/s (delivered+lost, over the storm's run) | recorder CPU | peak RSS | reproduce |\n|---|---|---|---|---|---|---|---|"
     );
     for st in storms {
         let _ = writeln!(
@@ -208,7 +208,7 @@ fn storm_section(s: &mut String, storms: &[Storm]) {
             st.rate,
             st.delivered,
             st.lost,
-            (st.delivered + st.lost) as f64 / (st.wall_ms / 1000.0),
+            (st.delivered + st.lost) as f64 / st.storm_secs,
             st.cpu_ms,
             st.wall_ms / 1000.0,
             st.cpu_ms / st.wall_ms * 100.0,

@@ -19,6 +19,8 @@ pub struct Storm {
     /// Connections rt-storm made, and their rate.
     pub generated: u64,
     pub rate: f64,
+    /// How long rt-storm ran, s.
+    pub storm_secs: f64,
     /// `tcp_state` events in the recording, and what the recorder said was lost.
     pub delivered: u64,
     pub lost: u64,
@@ -108,8 +110,8 @@ fn one(secs: u32, ringbuf: Option<u32>) -> anyhow::Result<Storm> {
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter_map(|w| w.parse().ok())
         .collect();
-    let (generated, rate) = match nums[..] {
-        [n, _, r, ..] => (n as u64, r),
+    let (generated, storm_secs, rate) = match nums[..] {
+        [n, s, r, ..] => (n as u64, s, r),
         _ => anyhow::bail!("cannot parse {storm_line:?}"),
     };
     let delivered = count_records(&file, r#""type":"tcp_state""#)?;
@@ -117,6 +119,7 @@ fn one(secs: u32, ringbuf: Option<u32>) -> anyhow::Result<Storm> {
         ringbuf,
         generated,
         rate,
+        storm_secs,
         delivered,
         lost: lost_from(&stderr).context("the recorder did not say how many events were lost")?,
         cpu_ms: last.0,
