@@ -718,6 +718,27 @@ fn lab_rdma_link_delete_is_recorded_and_tracing_goes_on() {
     assert!(after, "events after the removal are still traced");
 }
 
+/// Whether a doctor item is a tp_btf probe whose tracepoint this kernel does not have at all
+/// (no tracefs event of that name, and doctor says its BTF type is unknown).
+fn tracepoint_absent(item: &Value) -> bool {
+    let (Some(what), Some(detail)) = (item["item"].as_str(), item["detail"].as_str()) else {
+        return false;
+    };
+    let Some(name) = what
+        .split("(tp_btf ")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix(')'))
+    else {
+        return false;
+    };
+    let in_tracefs = std::fs::read_dir("/sys/kernel/tracing/events")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .any(|system| system.path().join(name).exists());
+    !in_tracefs && detail.contains(&format!("unknown BTF type `btf_trace_{name}`"))
+}
+
 #[test]
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_doctor_sees_every_rdma_probe_attach() {
@@ -737,7 +758,12 @@ fn lab_doctor_sees_every_rdma_probe_attach() {
         .filter(|i| i["item"].as_str().is_some_and(|s| s.starts_with("probe ")))
         .collect();
     assert!(probes.len() >= 20, "{probes:#?}");
-    let off: Vec<&&Value> = probes.iter().filter(|i| i["status"] != "ok").collect();
+    // A tracepoint newer than the booted kernel (sock_send_length / sock_recv_length came with
+    // Linux 6.3) is reported unavailable; every other probe must attach.
+    let off: Vec<&&Value> = probes
+        .iter()
+        .filter(|i| i["status"] != "ok" && !tracepoint_absent(i))
+        .collect();
     assert!(off.is_empty(), "probes off in the lab kernel: {off:#?}");
     for dev in ["device rxe0 port 1", "device rxe1 port 1"] {
         let d = items
