@@ -141,7 +141,9 @@ pub struct ProbeConfig {
     pub mlx5_qp_ibqp: u32,
     pub mlx5_event_arg_qp: u32,
     pub mlx5_event_arg_type: u32,
-    pub _pad: u32,
+    /// `__ib_unregister_device(ib_dev)`: a device is going away. Took the place of the
+    /// trailing pad, so the size is unchanged.
+    pub unreg_arg_dev: u32,
 }
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
@@ -248,7 +250,7 @@ impl ProbeConfig {
             mlx5_qp_ibqp: U,
             mlx5_event_arg_qp: U,
             mlx5_event_arg_type: U,
-            _pad: 0,
+            unreg_arg_dev: U,
         }
     }
 }

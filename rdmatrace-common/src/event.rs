@@ -375,6 +375,11 @@ pub mod async_source {
     /// mlx5_ib's `mlx5_ib_qp_event`: the hardware event as the driver got it (kernel QPs too);
     /// `event_type` is the mlx5 event type.
     pub const MLX5: u32 = 1;
+    /// ib_core's `__ib_unregister_device`: the device itself is going away (`rdma link delete`,
+    /// driver unbind, module unload); `event_type` is [`DEVICE_UNREGISTER`], `element` PORT 0.
+    pub const CORE: u32 = 2;
+    /// [`CORE`]'s only event.
+    pub const DEVICE_UNREGISTER: u32 = 1;
 }
 const _: () = assert!(core::mem::size_of::<AsyncEvent>() == 40 + 72 + 16);
 

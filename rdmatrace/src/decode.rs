@@ -210,16 +210,19 @@ fn async_event(ev: &RawAsync) -> Body {
     };
     Body::Async(AsyncEvent {
         dev,
-        event: if ev.source == async_source::MLX5 {
-            mlx5_event_name(ev.event_type)
-        } else {
-            ib_event_name(ev.event_type)
+        event: match ev.source {
+            async_source::MLX5 => mlx5_event_name(ev.event_type),
+            async_source::CORE if ev.event_type == async_source::DEVICE_UNREGISTER => {
+                "DEVICE_UNREGISTER".to_string()
+            }
+            async_source::CORE => format!("CORE_{}", ev.event_type),
+            _ => ib_event_name(ev.event_type),
         },
         element,
-        source: if ev.source == async_source::MLX5 {
-            "mlx5"
-        } else {
-            "uverbs"
+        source: match ev.source {
+            async_source::MLX5 => "mlx5",
+            async_source::CORE => "ib_core",
+            _ => "uverbs",
         },
         owner_pid: 0,
         owner_comm: String::new(),

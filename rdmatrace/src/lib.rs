@@ -13,6 +13,8 @@ pub mod correlate;
 pub mod decode;
 pub mod event;
 pub mod flame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod loader;
 pub mod netlink;
 pub mod pipeline;

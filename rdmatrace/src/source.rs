@@ -78,6 +78,15 @@ impl RingSource {
             .unwrap_or(self.lost_reported)
     }
 
+    /// Events lost so far on each CPU (index = CPU), as the kernel counted them; empty when the
+    /// map cannot be read.
+    pub fn lost_per_cpu(&self) -> Vec<u64> {
+        self.lost
+            .get(&0, 0)
+            .map(|per_cpu| per_cpu.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
     /// Events lost since the previous call (0 when none).
     pub fn lost_since_last(&mut self) -> u64 {
         let total = self.lost_total();

@@ -5,6 +5,7 @@
 mod common;
 
 use std::{
+    path::Path,
     process::{Command, Output, Stdio},
     thread::sleep,
     time::{Duration, Instant},
@@ -651,6 +652,101 @@ fn lab_port_down_and_up_reach_verbs_users_as_async_events() {
     assert!(err < active, "down before up: {asyncs:?}");
 }
 
+/// Puts rxe0 back on NIC A (as the lab's setup made it) when dropped, so later tests have it.
+struct Rxe0Back;
+
+impl Drop for Rxe0Back {
+    fn drop(&mut self) {
+        if Path::new("/sys/class/infiniband/rxe0").exists() {
+            return;
+        }
+        let nic = std::env::var("LAB_NIC_A").unwrap_or_default();
+        let _ = Command::new("rdma")
+            .args(["link", "add", "rxe0", "type", "rxe", "netdev", &nic])
+            .status();
+        // The IPv4-mapped RoCEv2 GID (index 1) appears asynchronously.
+        for _ in 0..100 {
+            let gid = std::fs::read_to_string("/sys/class/infiniband/rxe0/ports/1/gids/1")
+                .unwrap_or_default();
+            if gid.contains("ffff:c000:0201") {
+                return;
+            }
+            sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_rdma_link_delete_is_recorded_and_tracing_goes_on() {
+    in_lab();
+    let _back = Rxe0Back;
+    let tracer = start(&["trace", "--json"], READY_TIMEOUT);
+    // A verbs user with an open context on rxe0: a pingpong server waiting for a client.
+    let mut server = Command::new("ibv_rc_pingpong")
+        .args(["-d", "rxe0", "-g", "1", "-p", "18601"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server");
+    sleep(Duration::from_secs(2));
+    // rxe cannot disassociate users: the delete may wait for the server to close the device.
+    let mut delete = Command::new("rdma")
+        .args(["link", "delete", "rxe0"])
+        .spawn()
+        .expect("rdma link delete");
+    sleep(Duration::from_secs(2));
+    let _ = server.kill();
+    let _ = server.wait();
+    let st = delete.wait().expect("rdma link delete");
+    assert!(st.success(), "rdma link delete rxe0: {st}");
+    assert!(!Path::new("/sys/class/infiniband/rxe0").exists());
+    // The tracer is still at work after the device is gone.
+    Command::new("/bin/true").status().expect("true");
+    sleep(Duration::from_millis(1500));
+    let done = tracer.stop();
+    assert!(done.status.success(), "{}", done.stderr);
+    let events = done.events();
+    let gone = events.iter().position(|e| {
+        e["type"] == "async_event"
+            && e["data"]["event"] == "DEVICE_UNREGISTER"
+            && e["data"]["dev"] == "rxe0"
+            && e["data"]["source"] == "ib_core"
+    });
+    let Some(gone) = gone else {
+        panic!(
+            "no DEVICE_UNREGISTER for rxe0 in {} events; stderr: {}",
+            events.len(),
+            done.stderr
+        );
+    };
+    let after = events[gone..]
+        .iter()
+        .any(|e| e["type"] == "process_exec" && e["data"]["comm"] == "true");
+    assert!(after, "events after the removal are still traced");
+}
+
+/// Whether a doctor item is a tp_btf probe whose tracepoint this kernel does not have at all
+/// (no tracefs event of that name, and doctor says its BTF type is unknown).
+fn tracepoint_absent(item: &Value) -> bool {
+    let (Some(what), Some(detail)) = (item["item"].as_str(), item["detail"].as_str()) else {
+        return false;
+    };
+    let Some(name) = what
+        .split("(tp_btf ")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix(')'))
+    else {
+        return false;
+    };
+    let in_tracefs = std::fs::read_dir("/sys/kernel/tracing/events")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .any(|system| system.path().join(name).exists());
+    !in_tracefs && detail.contains(&format!("unknown BTF type `btf_trace_{name}`"))
+}
+
 #[test]
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_doctor_sees_every_rdma_probe_attach() {
@@ -670,7 +766,12 @@ fn lab_doctor_sees_every_rdma_probe_attach() {
         .filter(|i| i["item"].as_str().is_some_and(|s| s.starts_with("probe ")))
         .collect();
     assert!(probes.len() >= 20, "{probes:#?}");
-    let off: Vec<&&Value> = probes.iter().filter(|i| i["status"] != "ok").collect();
+    // A tracepoint newer than the booted kernel (sock_send_length / sock_recv_length came with
+    // Linux 6.3) is reported unavailable; every other probe must attach.
+    let off: Vec<&&Value> = probes
+        .iter()
+        .filter(|i| i["status"] != "ok" && !tracepoint_absent(i))
+        .collect();
     assert!(off.is_empty(), "probes off in the lab kernel: {off:#?}");
     for dev in ["device rxe0 port 1", "device rxe1 port 1"] {
         let d = items

@@ -126,6 +126,8 @@ const PACKAGES: &[(&str, Option<&str>)] = &[
     ("iproute2", None),
     ("kmod", None),
     ("iputils-ping", None),
+    // virtme-ng builds the guest's initramfs from a static busybox.
+    ("busybox-static", None),
     ("libibverbs-dev", None),
     ("librdmacm-dev", None),
     ("libclang-dev", None),
@@ -142,7 +144,7 @@ fn installed(pkg: &str) -> bool {
 
 /// Only for the build of the test workloads (rdma-sys needs libibverbs headers and libclang).
 pub fn workload_deps() -> anyhow::Result<()> {
-    apt(&PACKAGES[13..])
+    apt(&PACKAGES[14..])
 }
 
 fn backports_configured() -> bool {
@@ -194,6 +196,11 @@ fn apt(pkgs: &[(&str, Option<&str>)]) -> anyhow::Result<()> {
         .args(["install", "-y", "-q"])
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+/// What `cargo xtask bench` needs besides the lab: bpftrace (the peer it is compared with).
+pub fn bench() -> anyhow::Result<()> {
+    apt(&[("bpftrace", None)])
 }
 
 /// Headless Chromium: the flamegraph test screenshots an SVG to see that frames are drawn.

@@ -25,8 +25,10 @@ bochs,qxl,virtio_gpu,floppy,parport_pc,ppdev,efi_pstore,qemu_fw_cfg,vmgenid,virt
 /// Longest a lab command may run before it is killed.
 const LAB_TIMEOUT: Duration = Duration::from_secs(40 * 60);
 
-/// The newest /boot kernel that ships the rdma_rxe module.
+/// The /boot kernel the lab boots: `RDMATRACE_LAB_KERNEL` (a version, e.g. `6.1.0-57-amd64`)
+/// when set, otherwise the newest that ships the rdma_rxe module.
 pub fn find_kernel() -> anyhow::Result<(PathBuf, String)> {
+    let wanted = std::env::var("RDMATRACE_LAB_KERNEL").ok();
     let mut found: Vec<(PathBuf, String)> = fs::read_dir("/boot")
         .context("cannot list /boot")?
         .filter_map(Result::ok)
@@ -40,6 +42,15 @@ pub fn find_kernel() -> anyhow::Result<(PathBuf, String)> {
         })
         .collect();
     found.sort_by(|a, b| a.1.cmp(&b.1));
+    if let Some(v) = wanted {
+        let have: Vec<&str> = found.iter().map(|(_, ver)| ver.as_str()).collect();
+        let pick = found.iter().find(|(_, ver)| *ver == v).cloned();
+        return pick.with_context(|| {
+            format!(
+                "RDMATRACE_LAB_KERNEL={v}: no such kernel with rdma_rxe in /boot (have {have:?})"
+            )
+        });
+    }
     found.pop().context(
         "no kernel with rdma_rxe in /boot (cargo xtask bootstrap --lab installs Debian's backports kernel)",
     )

@@ -1,11 +1,13 @@
-//! Project automation: `cargo xtask <bootstrap|lab|test|demo>`.
+//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench|fuzz>`.
 //!
 //! Everything a fresh machine needs is installed here, idempotently: a second run costs seconds
 //! and says what it skipped.
 
+mod bench;
 mod bootstrap;
 mod cmd;
 mod demo;
+mod fuzz;
 mod lab;
 mod test;
 
@@ -44,6 +46,26 @@ enum Command {
     },
     /// The main job on the embedded default: boot the lab and trace a real ibv_rc_pingpong.
     Demo,
+    /// Measure what rdmatrace costs (replay, recording size, ingest storm, lab overhead vs
+    /// bpftrace) and write BENCHMARKS.md. Not part of `test`.
+    Bench {
+        /// Interleaved lab rounds (each: no tracer, rdmatrace, bpftrace).
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+        /// Length of the ingest storm on this host.
+        #[arg(long, default_value_t = 10)]
+        storm_secs: u32,
+        /// Leave out the lab (perftest overhead, attach time).
+        #[arg(long)]
+        skip_lab: bool,
+    },
+    /// Fuzz the recording reader and the event decoder (nightly, cargo-fuzz); the corpus is
+    /// kept in fuzz/corpus and replayed by the host tier.
+    Fuzz {
+        /// Total time, split evenly between the targets.
+        #[arg(long, default_value_t = 600)]
+        secs: u64,
+    },
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -67,6 +89,22 @@ fn run() -> anyhow::Result<ExitCode> {
             host_only,
         } => test::run(require_lab, host_only),
         Command::Demo => demo::run(),
+        Command::Fuzz { secs } => {
+            fuzz::run(secs)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            rounds,
+            storm_secs,
+            skip_lab,
+        } => {
+            bench::run(&bench::BenchOptions {
+                rounds,
+                storm_secs,
+                skip_lab,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

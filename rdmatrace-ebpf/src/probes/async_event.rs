@@ -1,10 +1,11 @@
 //! Asynchronous events reaching user processes through ib_uverbs: QP, CQ and SRQ events
-//! (`ib_uverbs_{qp,cq,srq}_event_handler`) and device/port events (`ib_uverbs_event_handler`).
+//! (`ib_uverbs_{qp,cq,srq}_event_handler`) and device/port events (`ib_uverbs_event_handler`);
+//! and a device going away (ib_core `__ib_unregister_device`), which no handler reports.
 
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{element, AsyncEvent, EventKind},
+    event::{async_source, element, AsyncEvent, EventKind},
     limits::UNRESOLVED,
 };
 
@@ -70,4 +71,28 @@ pub fn async_port(ctx: ProbeContext) -> u32 {
     config()
         .and_then(|c| emit(c, arg(&ctx, c.async_dev_arg_event), element::PORT))
         .unwrap_or(0)
+}
+
+/// `__ib_unregister_device(ib_dev)`: every unregistration path (rdma link delete, driver
+/// removal) goes through it, before the device's users are disassociated.
+#[kprobe]
+pub fn dev_unregister(ctx: ProbeContext) -> u32 {
+    try_dev_unregister(&ctx).unwrap_or(0)
+}
+
+fn try_dev_unregister(ctx: &ProbeContext) -> Option<u32> {
+    let cfg = config()?;
+    let dev = arg(ctx, cfg.unreg_arg_dev);
+    if dev == 0 {
+        return None;
+    }
+    // SAFETY: all-zero is a valid value of this integer-only struct.
+    let mut ev: AsyncEvent = unsafe { core::mem::zeroed() };
+    header(&mut ev.header, EventKind::AsyncEvent as u32);
+    ev.element = element::PORT;
+    ev.source = async_source::CORE;
+    ev.event_type = async_source::DEVICE_UNREGISTER;
+    read::bytes(dev, cfg.device_name, &mut ev.qp.dev);
+    output(&ev);
+    Some(0)
 }

@@ -33,6 +33,25 @@ pub const AREA: Area = Area {
     resolve,
 };
 
+/// A device going away: no event handler reports it, ib_core's unregistration does.
+pub const DEV_AREA: Area = Area {
+    name: "dev",
+    rdma: true,
+    probes: &[ProbeSpec {
+        program: "dev_unregister",
+        hook: Hook::Kprobe,
+        target: "__ib_unregister_device",
+    }],
+    resolve: resolve_dev,
+};
+
+fn resolve_dev(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, BtfError> {
+    let core = kbtf.scope("ib_core", "ib_qp")?;
+    cfg.device_name = offset_of(core, "ib_device", "name")?;
+    cfg.unreg_arg_dev = param_index(core, "__ib_unregister_device", &["ib_dev", "device"])?;
+    Ok(Vec::new())
+}
+
 fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, BtfError> {
     let mut notes = Vec::new();
     resolve_tracker(kbtf, cfg, &mut notes)?;

@@ -61,6 +61,7 @@ pub const AREAS: &[Area] = &[
     qp::AREA,
     res::AREA,
     async_event::AREA,
+    async_event::DEV_AREA,
     cm::AREA,
     cq::AREA,
     rxe::AREA,

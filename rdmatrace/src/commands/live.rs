@@ -124,13 +124,46 @@ pub fn announce(report: &crate::loader::AttachReport) {
     }
 }
 
-/// The loss advice at exit.
-pub fn loss_advice(lost: u64) {
-    if lost > 0 {
-        eprintln!(
-            "rdmatrace: {lost} events were dropped because the ring buffer was full; \
-             consider a larger ring buffer (--ringbuf-size)"
-        );
+/// The loss advice at exit: the total, where it happened, and the remedy.
+pub fn loss_advice(lost: u64, per_cpu: &[u64]) {
+    if let Some(text) = loss_text(lost, per_cpu) {
+        eprintln!("{text}");
+    }
+}
+
+/// `None` without loss; otherwise the message, with the CPUs that dropped events.
+pub fn loss_text(lost: u64, per_cpu: &[u64]) -> Option<String> {
+    if lost == 0 {
+        return None;
+    }
+    let cpus: Vec<String> = per_cpu
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(cpu, n)| format!("cpu{cpu} {n}"))
+        .collect();
+    let where_ = if cpus.is_empty() {
+        String::new()
+    } else {
+        format!(" (per CPU: {})", cpus.join(", "))
+    };
+    Some(format!(
+        "rdmatrace: {lost} events were dropped because the ring buffer was full{where_}; \
+         consider a larger ring buffer (--ringbuf-size)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loss_text;
+
+    #[test]
+    fn loss_text_names_the_cpus_that_dropped_and_the_remedy() {
+        assert_eq!(loss_text(0, &[0, 0]), None);
+        let t = loss_text(5, &[0, 3, 0, 2]).expect("a message");
+        assert!(t.contains("5 events were dropped"), "{t}");
+        assert!(t.contains("(per CPU: cpu1 3, cpu3 2)"), "{t}");
+        assert!(t.contains("--ringbuf-size"), "{t}");
     }
 }
 

@@ -72,7 +72,14 @@ impl Consumer for Recorder {
         let r = self.writer.event(bytes);
         self.check(r);
     }
+    /// Stored in the recording and said on stderr as it happens (at most once a second).
     fn lost(&mut self, count: u64, ts_ns: u64) {
+        if count > 0 {
+            eprintln!(
+                "rdmatrace: {count} events lost: the ring buffer was full; \
+                 consider a larger ring buffer (--ringbuf-size)"
+            );
+        }
         let r = self.writer.lost(ts_ns, count);
         self.check(r);
     }
@@ -167,7 +174,7 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         "rdmatrace: {events} events, {lost} lost, recorded to {} ({bytes} bytes)",
         cfg.output.display()
     );
-    live::loss_advice(lost);
+    live::loss_advice(lost, &source.lost_per_cpu());
     Ok(match end {
         End::CommandExited(status) => ExitCode::from(
             status

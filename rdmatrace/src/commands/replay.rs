@@ -49,6 +49,13 @@ impl Replay {
         })
     }
 
+    /// A recording already in memory (benchmarks, fuzzing).
+    pub fn from_bytes(data: Vec<u8>) -> anyhow::Result<Replay> {
+        Ok(Replay {
+            rec: Recording::from_bytes(data)?,
+        })
+    }
+
     pub fn header(&self) -> &Header {
         &self.rec.header
     }

@@ -94,7 +94,7 @@ async fn run_live(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
     let lost = source.lost_total();
     finish(&mut pipeline)?;
     eprintln!("rdmatrace: {} events, {lost} lost", pipeline.events);
-    live::loss_advice(lost);
+    live::loss_advice(lost, &source.lost_per_cpu());
     Ok(ExitCode::SUCCESS)
 }
 

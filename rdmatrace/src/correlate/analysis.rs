@@ -569,12 +569,17 @@ impl Analyzer {
                         | "DEVICE_FATAL"
                         | "PORT_ERR"
                         | "WQ_FATAL"
+                        | "DEVICE_UNREGISTER"
                 );
                 if bad {
                     let what = match &a.element {
                         AsyncElement::Qp(k) => format!("QP {:#x}", k.qpn),
                         AsyncElement::Cq(id) => format!("CQ#{id} (overrun?)"),
                         AsyncElement::Srq(id) => format!("SRQ#{id}"),
+                        AsyncElement::Port(_) if a.source == "ib_core" => {
+                            "(the device is going away: rdma link delete or driver removal)"
+                                .to_string()
+                        }
                         AsyncElement::Port(p) => format!("port {p}"),
                     };
                     self.anomaly(

@@ -37,7 +37,11 @@ impl Correlator {
     /// Updates state from `rec` and fills in what it can (the current state of a modify whose
     /// caller did not pass `IB_QP_CUR_STATE`).
     pub fn observe(&mut self, rec: &mut Record) {
-        if !rec.comm.is_empty() && rec.pid != 0 {
+        // Most records repeat their process's name: allocate only when it is new or changed.
+        if !rec.comm.is_empty()
+            && rec.pid != 0
+            && self.comms.get(&rec.pid).map(String::as_str) != Some(rec.comm.as_str())
+        {
             self.comms.insert(rec.pid, rec.comm.clone());
         }
         match &mut rec.body {

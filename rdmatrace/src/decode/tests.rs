@@ -88,3 +88,49 @@ fn short_unknown_and_truncated_records_are_errors_not_panics() {
         );
     }
 }
+
+#[test]
+fn a_device_unregistration_decodes_and_prints_as_such() {
+    use rdmatrace_common::event::{async_source, element, AsyncEvent};
+    let m = modify_event();
+    let mut dev = [0u8; 64];
+    dev[..4].copy_from_slice(b"rxe0");
+    let ev = AsyncEvent {
+        header: EventHeader {
+            kind: EventKind::AsyncEvent as u32,
+            ..m.header
+        },
+        qp: QpIdent {
+            dev,
+            qpn: 0,
+            qp_type: 0,
+        },
+        event_type: async_source::DEVICE_UNREGISTER,
+        element: element::PORT,
+        element_id: 0,
+        source: async_source::CORE,
+    };
+    let rec = decode(&bytes_of(&ev), &ClockAnchor::fixed(0)).expect("decode");
+    let Body::Async(a) = &rec.body else {
+        panic!("not an async event: {:?}", rec.body)
+    };
+    assert_eq!(
+        (a.dev.as_str(), a.event.as_str(), a.source),
+        ("rxe0", "DEVICE_UNREGISTER", "ib_core")
+    );
+    let line = crate::sinks::text::line(&rec);
+    assert!(
+        line.contains("DEVICE_UNREGISTER") && !line.contains("port"),
+        "{line}"
+    );
+    // The same record from uverbs is an ordinary ib_event (type 1 = QP_FATAL).
+    let uverbs = AsyncEvent {
+        source: async_source::UVERBS,
+        ..ev
+    };
+    let rec = decode(&bytes_of(&uverbs), &ClockAnchor::fixed(0)).expect("decode");
+    let Body::Async(a) = &rec.body else {
+        panic!("not an async event")
+    };
+    assert_eq!((a.event.as_str(), a.source), ("QP_FATAL", "uverbs"));
+}

@@ -11,12 +11,9 @@ use btf_rs::{Btf, Type};
 /// Why an offset or a parameter could not be resolved.
 #[derive(Debug, thiserror::Error)]
 pub enum BtfError {
-    #[error("cannot read BTF {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: btf_rs::Error,
-    },
+    /// The cause is part of the message (not a `source`), so `{:#}` does not say it twice.
+    #[error("cannot read BTF {path}: {why}")]
+    Read { path: PathBuf, why: btf_rs::Error },
     #[error("module {module} has no BTF here ({path} missing): is it loaded?")]
     NoModule { module: String, path: PathBuf },
     #[error("type `{0}` is not in this kernel's BTF")]
@@ -42,7 +39,7 @@ impl KernelBtf {
     /// Opens `dir/vmlinux` (normally `/sys/kernel/btf`).
     pub fn open(dir: &Path) -> Result<KernelBtf, BtfError> {
         let path = dir.join("vmlinux");
-        let vmlinux = Btf::from_file(&path).map_err(|source| BtfError::Read { path, source })?;
+        let vmlinux = Btf::from_file(&path).map_err(|why| BtfError::Read { path, why })?;
         Ok(KernelBtf {
             dir: dir.to_path_buf(),
             vmlinux,
@@ -65,7 +62,7 @@ impl KernelBtf {
                 });
             }
             let btf = Btf::from_split_file(&path, &self.vmlinux)
-                .map_err(|source| BtfError::Read { path, source })?;
+                .map_err(|why| BtfError::Read { path, why })?;
             self.modules.insert(module.to_string(), btf);
         }
         Ok(&self.modules[module])

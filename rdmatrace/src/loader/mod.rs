@@ -26,8 +26,8 @@ static PROBES_OBJ: &[u8] =
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error(
-        "loading eBPF needs root (or CAP_BPF + CAP_PERFMON): {source}; run rdmatrace as root, \
-         or replay a recording with `--input`, which needs no privileges"
+        "loading eBPF needs root (or CAP_BPF + CAP_PERFMON): run rdmatrace as root, or replay a \
+         recording with `--input`, which needs no privileges"
     )]
     Permission {
         #[source]
@@ -35,7 +35,7 @@ pub enum LoadError {
     },
     #[error("cannot load the eBPF object: {0}")]
     Object(#[source] aya::EbpfError),
-    #[error("cannot read this kernel's BTF from {dir}: {source}")]
+    #[error("cannot read this kernel's BTF from {dir} (--btf-dir; CONFIG_DEBUG_INFO_BTF=y kernels have /sys/kernel/btf)")]
     Btf {
         dir: PathBuf,
         #[source]

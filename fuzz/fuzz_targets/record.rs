@@ -1,0 +1,8 @@
+//! One ring-buffer record: decode, correlate, format.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    rdmatrace::fuzzing::record(data);
+});

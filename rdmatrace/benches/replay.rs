@@ -1,0 +1,76 @@
+//! Replay throughput: read + decompress + decode + correlate a large synthetic recording on one
+//! core (what `trace --input`, `report`, `timeline` pay per event). `cargo xtask bench` runs
+//! this and writes the figures into BENCHMARKS.md.
+
+mod synthetic;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rdmatrace::{
+    clock::ClockAnchor,
+    commands::replay::Replay,
+    correlate::Correlator,
+    decode::decode,
+    recording::{reader::Recording, Entry},
+};
+
+/// About a million events.
+const JOBS: u32 = 4_400;
+
+fn replay(c: &mut Criterion) {
+    let (bytes, events) = synthetic::recording(JOBS);
+    // Read by `cargo xtask bench` (bytes/event of this mix).
+    println!(
+        "synthetic recording: {events} events, {} bytes, {:.2} bytes/event",
+        bytes.len(),
+        bytes.len() as f64 / events as f64
+    );
+    let replay = match Replay::from_bytes(bytes.clone()) {
+        Ok(r) => r,
+        Err(e) => panic!("the synthetic recording does not open: {e:#}"),
+    };
+    // Entries already decompressed: decode + correlate alone.
+    let rec = match Recording::from_bytes(bytes) {
+        Ok(r) => r,
+        Err(e) => panic!("the synthetic recording does not open: {e}"),
+    };
+    let mut raw: Vec<Vec<u8>> = Vec::with_capacity(events as usize);
+    let problems = rec.replay(|e| {
+        if let Entry::Event(b) = e {
+            raw.push(b.to_vec());
+        }
+    });
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(raw.len() as u64, events);
+
+    let mut group = c.benchmark_group("replay");
+    group.throughput(Throughput::Elements(events));
+    group.sample_size(10);
+    group.bench_function("file", |b| {
+        b.iter(|| {
+            let mut n = 0u64;
+            let seen = replay.run(|r| n += u64::from(r.pid != u32::MAX));
+            assert_eq!(seen.undecodable, 0);
+            assert_eq!(n, events);
+            n
+        })
+    });
+    group.bench_function("decode_correlate", |b| {
+        let anchor = ClockAnchor::fixed(0);
+        b.iter(|| {
+            let mut correlator = Correlator::new();
+            let mut n = 0u64;
+            for bytes in &raw {
+                if let Ok(mut r) = decode(bytes, &anchor) {
+                    correlator.observe(&mut r);
+                    n += 1;
+                }
+            }
+            assert_eq!(n, events);
+            n
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, replay);
+criterion_main!(benches);

@@ -1,0 +1,113 @@
+#!/bin/bash
+# Runs inside the lab VM for `cargo xtask bench`: perftest over rxe0 -> rxe1 with no tracer,
+# under `rdmatrace record`, and under an equivalent bpftrace script, interleaved (the order
+# rotates every round so drift hits all three alike). Raw figures go to $out/lab.txt as
+# `metric tool round value` lines; the xtask computes ratios and medians.
+#
+#   bench.sh RDMATRACE_BINARY OUT_DIR ROUNDS
+set -u
+rt=$1 out=$2 rounds=${3:-5}
+mkdir -p "$out"
+res=$out/lab.txt
+: >"$res"
+say() { echo "bench: $*" >&2; }
+put() { echo "$*" >>"$res"; }
+now_ns() { date +%s%N; }
+tck=$(getconf CLK_TCK)
+
+# The same hooks rdmatrace attaches (QP verbs, restrack, async/CM events, rxe timers and
+# traffic, TCP, process events); per-packet and per-call hooks aggregate in maps, as rdmatrace's
+# programs do, the rest print one line per event.
+read -r -d '' BT <<'SCRIPT'
+BEGIN { printf("Tracing\n"); }
+kprobe:ib_create_qp_user, kprobe:ib_modify_qp_with_udata, kprobe:ib_destroy_qp_user { @arg[tid] = arg0; }
+kretprobe:ib_create_qp_user, kretprobe:ib_modify_qp_with_udata, kretprobe:ib_destroy_qp_user {
+  printf("%d %s %s %llx %d\n", pid, comm, probe, @arg[tid], retval); delete(@arg[tid]);
+}
+kprobe:rdma_restrack_add, kprobe:rdma_restrack_del { printf("%d %s %s %llx\n", pid, comm, probe, arg0); }
+kprobe:ib_uverbs_qp_event_handler, kprobe:ib_uverbs_cq_event_handler, kprobe:ib_uverbs_srq_event_handler,
+kprobe:ib_uverbs_event_handler, kprobe:ucma_event_handler { printf("%d %s %s %llx\n", pid, comm, probe, arg0); }
+kprobe:retransmit_timer, kprobe:rnr_nak_timer { printf("%s %llx\n", probe, arg0); }
+kprobe:rxe_xmit_packet { @tx[arg0] = count(); }
+kprobe:rxe_comp_queue_pkt, kprobe:rxe_resp_queue_pkt { @rx[arg0] = count(); }
+kprobe:rxe_cq_post { @cqe[arg0] = count(); }
+kprobe:ib_uverbs_comp_handler { @comp[arg0] = count(); }
+kprobe:tcp_sendmsg { @tcp_tx[pid] = sum(arg2); }
+tracepoint:sock:sock_send_length, tracepoint:sock:sock_recv_length { @sock[pid, probe] = count(); }
+tracepoint:tcp:tcp_retransmit_skb { printf("retrans %d %d\n", args->sport, args->dport); }
+tracepoint:sock:inet_sock_set_state { printf("tcp %d %s %d %d\n", pid, comm, args->oldstate, args->newstate); }
+tracepoint:sched:sched_process_exec, tracepoint:sched:sched_process_exit, tracepoint:sched:sched_process_fork { printf("%d %s %s\n", pid, comm, probe); }
+SCRIPT
+
+# Starts a tracer ($1 = rdmatrace | bpftrace) in the background; sets tpid and records its
+# attach time (start to its ready line).
+start_tracer() {
+    local tool=$1 log=$out/$1.log t0
+    : >"$log"
+    t0=$(now_ns)
+    case $tool in
+    rdmatrace) "$rt" record -o "$out/rec.rdmt" >/dev/null 2>"$log" & tpid=$! ;;
+    bpftrace) bpftrace -e "$BT" >"$log" 2>&1 & tpid=$! ;;
+    esac
+    until grep -q -e "Hit Ctrl-C to end" -e "^Tracing" "$log"; do
+        if ! kill -0 "$tpid" 2>/dev/null; then
+            say "$tool died before attaching:"; cat "$log" >&2; exit 1
+        fi
+        sleep 0.01
+    done
+    put attach_ms "$tool" "$round" $((($(now_ns) - t0) / 1000000))
+}
+
+# SIGINT the tracer; records its peak RSS and CPU time while attached.
+stop_tracer() {
+    local tool=$1
+    put rss_kib "$tool" "$round" "$(awk '/^VmHWM/ {print $2}' /proc/$tpid/status)"
+    put cpu_ms "$tool" "$round" "$(awk -v t="$tck" '{print ($14 + $15) * 1000 / t}' /proc/$tpid/stat)"
+    kill -INT "$tpid"
+    wait "$tpid"
+    if [ "$tool" = rdmatrace ]; then
+        local ev
+        ev=$("$rt" trace --input "$out/rec.rdmt" --json | wc -l)
+        put rec_events "$tool" "$round" "$ev"
+        put rec_bytes "$tool" "$round" "$(stat -c %s "$out/rec.rdmt")"
+        cp "$out/rec.rdmt" "$out/last.rdmt"
+    fi
+}
+
+# One perftest run (server on rxe1, client on rxe0); prints the client's output. The client
+# retries for up to 2 minutes: under TCG a loaded host can take that long to start a server.
+perf() {
+    local prog=$1 ok=0 deadline
+    shift
+    "$prog" -d rxe1 -x 1 -F "$@" >"$out/server.txt" 2>&1 &
+    local s=$!
+    deadline=$(($(date +%s) + 120))
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        sleep 0.5
+        if "$prog" -d rxe0 -x 1 -F "$@" 192.0.2.2 >"$out/client.txt" 2>&1; then ok=1; break; fi
+    done
+    [ $ok = 1 ] || kill "$s" 2>/dev/null
+    wait "$s"
+    [ $ok = 1 ] || { say "$prog never succeeded:"; cat "$out/client.txt" "$out/server.txt" >&2; exit 1; }
+    cat "$out/client.txt"
+}
+
+measure() {
+    local tool=$1 bw lat
+    [ "$tool" = none ] || start_tracer "$tool"
+    bw=$(perf ib_write_bw -s 65536 -n 500 | awk '$1 == 65536 && NF >= 4 {print $4}')
+    lat=$(perf ib_send_lat -s 2 -n 1000 | awk '$1 == 2 && NF >= 5 {print $5}')
+    [ "$tool" = none ] || stop_tracer "$tool"
+    [ -n "$bw" ] && [ -n "$lat" ] || { say "no figures from perftest ($tool)"; exit 1; }
+    put bw_mbps "$tool" "$round" "$bw"
+    put lat_p50_us "$tool" "$round" "$lat"
+    say "round $round $tool: $bw MB/s, p50 $lat us"
+}
+
+tools=(none rdmatrace bpftrace)
+for round in $(seq "$rounds"); do
+    for k in 0 1 2; do
+        measure "${tools[$(((k + round) % 3))]}"
+    done
+done
+put done - - 1

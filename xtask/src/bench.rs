@@ -1,0 +1,148 @@
+//! `cargo xtask bench`: what rdmatrace costs, measured where it is paid, written to
+//! BENCHMARKS.md with the machine, the kernel and the command that reproduces every figure.
+//!
+//! - replay: criterion bench of read + decode + correlate over a synthetic recording
+//! - size: bytes/event of real and synthetic recordings
+//! - storm: a fork/exit storm on this host under `rdmatrace record` (delivered, lost, CPU, RSS)
+//! - lab: perftest over Soft-RoCE, interleaved without a tracer / with rdmatrace / with
+//!   bpftrace; attach time, peak RSS
+
+mod lab;
+mod replay;
+mod report;
+mod storm;
+
+use std::{path::PathBuf, process::Command};
+
+use anyhow::Context as _;
+
+use crate::{bootstrap, cmd};
+
+pub struct BenchOptions {
+    /// Rounds of the interleaved lab runs (each: none, rdmatrace, bpftrace).
+    pub rounds: u32,
+    pub storm_secs: u32,
+    pub skip_lab: bool,
+}
+
+/// The command line that reproduces this run.
+fn reproduce(o: &BenchOptions) -> String {
+    let mut s = format!(
+        "cargo xtask bench --rounds {} --storm-secs {}",
+        o.rounds, o.storm_secs
+    );
+    if o.skip_lab {
+        s += " --skip-lab";
+    }
+    s
+}
+
+pub fn out_dir() -> PathBuf {
+    cmd::repo_root().join("target/bench")
+}
+
+pub fn release_bin(name: &str) -> PathBuf {
+    cmd::repo_root().join("target/release").join(name)
+}
+
+pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
+    bootstrap::toolchain()?;
+    bootstrap::workload_deps()?;
+    bootstrap::bench()?;
+    std::fs::create_dir_all(out_dir()).context("cannot create target/bench")?;
+    // The measured binaries are release builds.
+    cmd::run(
+        Command::new("cargo")
+            .current_dir(cmd::repo_root())
+            .env("PATH", cmd::path_with_cargo_bin())
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "rdmatrace",
+                "-p",
+                "rdmatrace-workloads",
+            ]),
+    )?;
+    let machine = report::Machine::here();
+    eprintln!("\n== bench 1/3: replay throughput (criterion)");
+    let replay = replay::run()?;
+    eprintln!(
+        "\n== bench 2/3: ingest storm on this host ({} s)",
+        o.storm_secs
+    );
+    let storms = storm::run(o.storm_secs)?;
+    let lab = if o.skip_lab {
+        eprintln!("\n== bench 3/3: lab SKIPPED (--skip-lab)");
+        None
+    } else {
+        eprintln!(
+            "\n== bench 3/3: lab (perftest over Soft-RoCE, {} rounds)",
+            o.rounds
+        );
+        // A failed lab is reported in BENCHMARKS.md, not fatal to the other figures.
+        Some(lab::run(o.rounds).map_err(|e| format!("{e:#}")))
+    };
+    let md = report::markdown(&report::Inputs {
+        machine: &machine,
+        reproduce: &reproduce(o),
+        replay: &replay,
+        storms: &storms,
+        lab: lab.as_ref().map(|r| r.as_ref()),
+        fixtures: &report::fixture_sizes()?,
+    });
+    let path = cmd::repo_root().join("BENCHMARKS.md");
+    std::fs::write(&path, md).with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!("\nbench: wrote {}", path.display());
+    Ok(())
+}
+
+/// Counts the records of a recording (`trace --input --json` lines, `lost` lines included) whose
+/// JSON matches `filter` (a substring), with the release binary.
+pub fn count_records(file: &std::path::Path, filter: &str) -> anyhow::Result<u64> {
+    let out = Command::new(release_bin("rdmatrace"))
+        .arg("trace")
+        .arg("--input")
+        .arg(file)
+        .arg("--json")
+        .output()
+        .with_context(|| format!("cannot replay {}", file.display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "replaying {} failed: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(filter))
+        .count() as u64)
+}
+
+/// Median of `v` (mean of the middle two for an even count); `None` when empty.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN]), None);
+        assert_eq!(median(&[]), None);
+    }
+}

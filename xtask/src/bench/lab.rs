@@ -1,0 +1,98 @@
+//! The lab part: runs `xtask/lab/bench.sh` in one boot and turns its raw lines
+//! (`metric tool round value`) into pair ratios and medians.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+
+use crate::{cmd, lab};
+
+/// Raw values: metric -> tool -> round -> value.
+pub struct LabResults {
+    pub rounds: u32,
+    pub kernel: String,
+    raw: BTreeMap<String, BTreeMap<String, BTreeMap<u32, f64>>>,
+}
+
+impl LabResults {
+    pub fn parse(text: &str, rounds: u32, kernel: String) -> anyhow::Result<LabResults> {
+        let mut raw: BTreeMap<String, BTreeMap<String, BTreeMap<u32, f64>>> = BTreeMap::new();
+        let mut done = false;
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [metric, tool, round, value] = f[..] else {
+                anyhow::bail!("bad lab result line {line:?}");
+            };
+            if metric == "done" {
+                done = true;
+                continue;
+            }
+            let round: u32 = round
+                .parse()
+                .with_context(|| format!("round in {line:?}"))?;
+            let value: f64 = value
+                .parse()
+                .with_context(|| format!("value in {line:?}"))?;
+            raw.entry(metric.into())
+                .or_default()
+                .entry(tool.into())
+                .or_default()
+                .insert(round, value);
+        }
+        anyhow::ensure!(done, "the lab bench did not finish (no `done` line)");
+        Ok(LabResults {
+            rounds,
+            kernel,
+            raw,
+        })
+    }
+
+    pub fn values(&self, metric: &str, tool: &str) -> Vec<f64> {
+        self.raw
+            .get(metric)
+            .and_then(|t| t.get(tool))
+            .map(|r| r.values().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// tool / none of the same round, for every round that has both.
+    pub fn pair_ratios(&self, metric: &str, tool: &str) -> Vec<f64> {
+        let Some(m) = self.raw.get(metric) else {
+            return Vec::new();
+        };
+        let (Some(base), Some(with)) = (m.get("none"), m.get(tool)) else {
+            return Vec::new();
+        };
+        base.iter()
+            .filter_map(|(round, b)| with.get(round).map(|w| w / b))
+            .collect()
+    }
+}
+
+pub fn run(rounds: u32) -> anyhow::Result<LabResults> {
+    let out = cmd::repo_root().join("target/lab/bench");
+    let _ = std::fs::remove_file(out.join("lab.txt"));
+    let (_, kernel) = lab::find_kernel()?;
+    let code = lab::run(Some(&format!(
+        "bash xtask/lab/bench.sh target/release/rdmatrace target/lab/bench {rounds}"
+    )))?;
+    anyhow::ensure!(code == 0, "the lab bench exited with {code}");
+    let text = std::fs::read_to_string(out.join("lab.txt"))
+        .context("the lab bench left no target/lab/bench/lab.txt")?;
+    LabResults::parse(&text, rounds, kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LabResults;
+
+    #[test]
+    fn ratios_pair_rounds_of_the_same_number() {
+        let text = "bw_mbps none 1 100\nbw_mbps rdmatrace 1 90\nbw_mbps none 2 200\n\
+                    bw_mbps rdmatrace 2 150\nbw_mbps rdmatrace 3 1\ndone - - 1\n";
+        let r = LabResults::parse(text, 3, "k".into()).expect("parses");
+        assert_eq!(r.pair_ratios("bw_mbps", "rdmatrace"), vec![0.9, 0.75]);
+        assert!(r.pair_ratios("bw_mbps", "bpftrace").is_empty());
+        assert!(LabResults::parse("bw_mbps none 1 100\n", 1, "k".into()).is_err());
+    }
+}

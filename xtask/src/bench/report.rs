@@ -1,0 +1,362 @@
+//! BENCHMARKS.md: targets next to measured figures, each with the command that reproduces it.
+
+use std::{fmt::Write as _, process::Command};
+
+use anyhow::Context as _;
+
+use super::{count_records, lab::LabResults, median, replay, replay::Replay, storm::Storm};
+use crate::cmd;
+
+pub struct Machine {
+    pub date: String,
+    pub cpu: String,
+    pub cpus: usize,
+    pub mem: String,
+    pub kernel: String,
+    pub rustc: String,
+}
+
+impl Machine {
+    pub fn here() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let first = |text: &str, key: &str| {
+            text.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+                .unwrap_or_else(|| "?".into())
+        };
+        let out = |c: &mut Command| cmd::output(c).unwrap_or_default().trim().to_string();
+        Machine {
+            date: out(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])),
+            cpu: first(&cpuinfo, "model name"),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            mem: first(&meminfo, "MemTotal"),
+            kernel: out(Command::new("uname").arg("-r")),
+            rustc: out(Command::new("rustc").arg("--version")),
+        }
+    }
+}
+
+pub struct Inputs<'a> {
+    pub machine: &'a Machine,
+    pub reproduce: &'a str,
+    pub replay: &'a Replay,
+    pub storms: &'a [Storm],
+    pub lab: Option<Result<&'a LabResults, &'a String>>,
+    pub fixtures: &'a [(String, u64, u64)],
+}
+
+/// (file name, bytes, records) of every committed real recording.
+pub fn fixture_sizes() -> anyhow::Result<Vec<(String, u64, u64)>> {
+    let dir = cmd::repo_root().join("tests/fixtures");
+    let mut out = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rdmt"))
+        .collect();
+    files.sort();
+    for f in files {
+        let name = f
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.push((name, std::fs::metadata(&f)?.len(), count_records(&f, "")?));
+    }
+    Ok(out)
+}
+
+fn pct(ratio: f64) -> String {
+    format!("{:+.1} %", (ratio - 1.0) * 100.0)
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "not measured".into(), f)
+}
+
+fn replay_section(s: &mut String, r: &Replay) {
+    let _ = writeln!(s, "## Replay throughput (one core)\n");
+    let _ = writeln!(
+        s,
+        "Reproduce: `{}`. A synthetic recording written with the real `RecordingWriter` \
+         (`rdmatrace/benches/synthetic/`): {} events of jobs that open rxe0, create and connect \
+         4 QPs, then mostly rxe retransmits, per-QP traffic and TCP samples, TCP states, CQ \
+         notifications, error completions, async and CM events, and exit. Median of 10 passes \
+         (95 % CI in brackets).\n",
+        replay::COMMAND,
+        r.events
+    );
+    let _ = writeln!(s, "| what | target | measured |\n|---|---|---|");
+    for (name, ns, lo, hi) in &r.results {
+        let what = match *name {
+            "file" => "`Replay::run`: chunk CRC + LZ4 + decode + correlate",
+            _ => "decode + correlate (entries already in memory)",
+        };
+        let _ = writeln!(
+            s,
+            "| {what} | ≥ 10 M events/s | {:.2} M events/s [{:.2} – {:.2}] |",
+            r.events_per_sec(*ns) / 1e6,
+            r.events_per_sec(*hi) / 1e6,
+            r.events_per_sec(*lo) / 1e6,
+        );
+    }
+    s.push('\n');
+}
+
+fn size_section(s: &mut String, i: &Inputs<'_>) {
+    let _ = writeln!(s, "## Recording size\n");
+    let _ = writeln!(
+        s,
+        "Target ≤ 24 bytes/event. Whole files (preamble, JSON header, chunk headers) divided by \
+         their records (`rdmatrace trace --input F --json | wc -l`, `lost` lines included).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| recording | records | bytes | bytes/event | reproduce |\n|---|---|---|---|---|"
+    );
+    let r = i.replay;
+    let _ = writeln!(
+        s,
+        "| synthetic mix (replay bench) | {} | {} | {:.1} | `{}` |",
+        r.events,
+        r.bytes,
+        r.bytes as f64 / r.events as f64,
+        replay::COMMAND
+    );
+    for st in i.storms {
+        let _ = writeln!(
+            s,
+            "| TCP state storm, host{} | {} | {} | {:.1} | `{}` |",
+            st.ringbuf
+                .map_or(String::new(), |b| format!(", ring buffer {b} B")),
+            st.file_records,
+            st.file_bytes,
+            st.file_bytes as f64 / st.file_records.max(1) as f64,
+            st.command
+        );
+    }
+    if let Some(Ok(lab)) = i.lab {
+        let ev = lab.values("rec_events", "rdmatrace");
+        let by = lab.values("rec_bytes", "rdmatrace");
+        let (e, b): (f64, f64) = (ev.iter().sum(), by.iter().sum());
+        if e > 0.0 {
+            let _ = writeln!(
+                s,
+                "| lab: ib_write_bw + ib_send_lat under `record` ({} runs) | {e:.0} | {b:.0} | {:.1} | `{}` |",
+                ev.len(),
+                b / e,
+                i.reproduce
+            );
+        }
+    }
+    for (name, bytes, records) in i.fixtures {
+        let _ = writeln!(
+            s,
+            "| tests/fixtures/{name} (real, lab) | {records} | {bytes} | {:.1} | `rdmatrace trace --input tests/fixtures/{name} --json \\| wc -l` |",
+            *bytes as f64 / (*records).max(1) as f64
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nSmall recordings are dominated by the fixed cost (the JSON header with the probe \
+         report is about 1–2 KiB). In the stream, a record is the kernel struct as written \
+         (40-byte header + body, 48–168 bytes) plus a 3-byte entry header, LZ4-compressed per \
+         chunk. A cheap compaction that keeps old files readable (not done here, format \
+         unchanged): a version-2 entry tag that stores the 40-byte `EventHeader` as a delta — \
+         `ts_ns` as a varint delta from the previous entry, `pid`/`tid`/`comm` as a reference \
+         to the previous entry with the same pid — and trims trailing zero bytes of the body \
+         (the decoder already zero-fills short records of grown structs); readers keep \
+         accepting tag 1.\n"
+    );
+}
+
+fn storm_section(s: &mut String, storms: &[Storm]) {
+    let _ = writeln!(s, "## Ingest storm (this host)\n");
+    if storms.is_empty() {
+        let _ = writeln!(
+            s,
+            "Not measured: the bench did not run as root (loading eBPF needs it).\n"
+        );
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "Target: 0 lost at 2 M events/s. `rt-storm --mode tcp` (tests/workloads) opens \
+         loopback TCP connections and resets them, one worker per CPU; each connection is about \
+         7 `tcp_state` events (tp_btf `inet_sock_set_state`, both ends). It is the fastest \
+         traced hook this host offers: it has no RDMA stack, a fork/exit storm reached only \
+         ~1 k events/s here, and the TCP byte counters aggregate in the kernel instead of \
+         emitting events. The rate reached is far below 2 M events/s, so the target rate \
+         itself is **not measured here**. `record -- CMD` traces only the storm (filtered in \
+         the kernel). Recorder CPU and peak RSS are sampled from /proc/PID/stat and \
+         /proc/PID/status (VmHWM) every 50 ms while it runs (whole run, attach included).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| ring buffer | connections (per s) | events delivered | lost | events/s (delivered+lost, over the storm's run) | recorder CPU | peak RSS | reproduce |\n|---|---|---|---|---|---|---|---|"
+    );
+    for st in storms {
+        let _ = writeln!(
+            s,
+            "| {} | {} ({:.0}/s) | {} | {} | {:.0} | {:.0} ms in {:.1} s ({:.1} % of a core) | {:.1} MiB | `{}` |",
+            st.ringbuf
+                .map_or("4 MiB (default)".to_string(), |b| format!("{b} B")),
+            st.generated,
+            st.rate,
+            st.delivered,
+            st.lost,
+            (st.delivered + st.lost) as f64 / st.storm_secs,
+            st.cpu_ms,
+            st.wall_ms / 1000.0,
+            st.cpu_ms / st.wall_ms * 100.0,
+            st.rss_kib as f64 / 1024.0,
+            st.command
+        );
+    }
+    s.push('\n');
+}
+
+fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reproduce: &str) {
+    let _ = writeln!(s, "## Overhead on real RDMA traffic (Soft-RoCE lab)\n");
+    let lab = match lab {
+        None => {
+            let _ = writeln!(s, "Not measured in this run (`--skip-lab`).\n");
+            return;
+        }
+        Some(Err(why)) => {
+            let _ = writeln!(
+                s,
+                "Not measured: the lab run failed (`{reproduce}`):\n\n```\n{why}\n```\n"
+            );
+            return;
+        }
+        Some(Ok(lab)) => lab,
+    };
+    let _ = writeln!(
+        s,
+        "Reproduce: `{reproduce}` (script: `xtask/lab/bench.sh`). One boot of the lab \
+         (kernel {}, qemu **TCG**: no working KVM on this machine, so the guest is emulated \
+         and every figure is inflated and noisy; other builds shared this 2-core host). \
+         `ib_write_bw -s 65536 -n 500` and `ib_send_lat -s 2 -n 1000` (perftest, RC, gid \
+         index 1) from rxe0 (192.0.2.1) to rxe1 (192.0.2.2) over the lab's wire, {} rounds; each \
+         round runs no tracer, `rdmatrace record` (all default probes) and an equivalent \
+         bpftrace script (same kprobes/tracepoints; per-packet hooks counted in maps, the rest \
+         printed) in a rotating order. Overhead = median over rounds of (with tracer / without, \
+         same round) − 1.\n",
+        lab.kernel, lab.rounds
+    );
+    let _ = writeln!(
+        s,
+        "| metric | target | rdmatrace | bpftrace |\n|---|---|---|---|"
+    );
+    let ratio = |m: &str, t: &str| median(&lab.pair_ratios(m, t));
+    let _ = writeln!(
+        s,
+        "| bandwidth change (ib_write_bw BW average) | ≥ −1 % | {} | {} |",
+        opt(ratio("bw_mbps", "rdmatrace"), pct),
+        opt(ratio("bw_mbps", "bpftrace"), pct)
+    );
+    let _ = writeln!(
+        s,
+        "| p50 latency change (ib_send_lat t_typical) | ≤ +2 % | {} | {} |",
+        opt(ratio("lat_p50_us", "rdmatrace"), pct),
+        opt(ratio("lat_p50_us", "bpftrace"), pct)
+    );
+    let ms = |t: &str| median(&lab.values("attach_ms", t));
+    let _ = writeln!(
+        s,
+        "| attach time, start to ready line (median) | < 300 ms, faster than bpftrace | {} | {} |",
+        opt(ms("rdmatrace"), |v| format!("{v:.0} ms")),
+        opt(ms("bpftrace"), |v| format!("{v:.0} ms"))
+    );
+    let rss = |t: &str| {
+        lab.values("rss_kib", t)
+            .into_iter()
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    let _ = writeln!(
+        s,
+        "| peak RSS (VmHWM, max over rounds) | < 64 MiB | {} | {} |",
+        opt(rss("rdmatrace"), |v| format!("{:.1} MiB", v / 1024.0)),
+        opt(rss("bpftrace"), |v| format!("{:.1} MiB", v / 1024.0))
+    );
+    let cpu = |t: &str| median(&lab.values("cpu_ms", t));
+    let _ = writeln!(
+        s,
+        "| tracer CPU per round, attach included (median) | — | {} | {} |",
+        opt(cpu("rdmatrace"), |v| format!("{v:.0} ms")),
+        opt(cpu("bpftrace"), |v| format!("{v:.0} ms"))
+    );
+    // How much the baseline alone moved: a target finer than that cannot be resolved here.
+    let spread = |m: &str| {
+        let v: Vec<f64> = lab
+            .values(m, "none")
+            .into_iter()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .collect();
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+        (v.len() > 1).then(|| hi / lo)
+    };
+    if let (Some(bw), Some(lat)) = (spread("bw_mbps"), spread("lat_p50_us")) {
+        let _ = writeln!(
+            s,
+            "\n**Resolution:** without any tracer, bandwidth varied {bw:.2}× and p50 latency \
+             {lat:.2}× between rounds (min to max). The ±1–2 % targets cannot be resolved in this \
+             emulated lab on a shared host: the overhead rows above are within that noise and say \
+             nothing about the targets either way. A KVM or bare-metal RDMA host is needed to \
+             measure them. Attach times are inflated by emulation too; their ratio (both tools \
+             on the same probes, same boot) is the comparable figure."
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nRaw figures per round (MB/s; µs; `inf` = perftest printed inf):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| round | BW none | BW rdmatrace | BW bpftrace | p50 none | p50 rdmatrace | p50 bpftrace |\n|---|---|---|---|---|---|---|"
+    );
+    let get = |m: &str, t: &str, i: usize| {
+        lab.values(m, t)
+            .get(i)
+            .map_or("-".to_string(), |v| format!("{v}"))
+    };
+    for i in 0..lab.rounds as usize {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            i + 1,
+            get("bw_mbps", "none", i),
+            get("bw_mbps", "rdmatrace", i),
+            get("bw_mbps", "bpftrace", i),
+            get("lat_p50_us", "none", i),
+            get("lat_p50_us", "rdmatrace", i),
+            get("lat_p50_us", "bpftrace", i),
+        );
+    }
+    s.push('\n');
+}
+
+pub fn markdown(i: &Inputs<'_>) -> String {
+    let m = i.machine;
+    let mut s = String::new();
+    let _ = writeln!(s, "# rdmatrace benchmarks\n");
+    let _ = writeln!(
+        s,
+        "Written by `{}` on {} — {} × {} ({} RAM), host kernel {}, {}. Measured binaries are \
+         release builds. The machine is shared: other builds ran on its 2 cores during the run, \
+         so timings are noisy (ratios are taken side by side, medians reported). A target that \
+         is not met is reported as measured, not rounded.\n",
+        i.reproduce, m.date, m.cpus, m.cpu, m.mem, m.kernel, m.rustc
+    );
+    replay_section(&mut s, i.replay);
+    size_section(&mut s, i);
+    storm_section(&mut s, i.storms);
+    lab_section(&mut s, i.lab, i.reproduce);
+    s
+}
