@@ -240,7 +240,7 @@ fn sigint_and_sigterm_leave_a_complete_flushed_recording() {
                 "--",
                 "/bin/sh",
                 "-c",
-                "/bin/true; exec sleep 4",
+                "/bin/true; exec sleep 12",
             ],
             Duration::from_secs(60),
         );
@@ -249,7 +249,8 @@ fn sigint_and_sigterm_leave_a_complete_flushed_recording() {
         signal(pid, sig);
         // The command keeps our stderr pipe open until it ends: watch the recorder itself.
         assert!(
-            becomes_zombie(pid, Duration::from_secs(3)),
+            // Well before the command's own end (12 s), with room for a loaded machine.
+            becomes_zombie(pid, Duration::from_secs(8)),
             "SIG{name} ends the recording, not the command's exit"
         );
         let done = rec.wait();

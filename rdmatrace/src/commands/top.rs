@@ -125,6 +125,6 @@ async fn run_async(cfg: &TopConfig) -> anyhow::Result<ExitCode> {
     eprintln!("Watching RDMA processes and QPs... Hit Ctrl-C to end.");
     live::run(&mut source, &mut screen, None, None, Some(&mut sampler)).await?;
     let lost = source.lost_total();
-    live::loss_advice(lost);
+    live::loss_advice(lost, &source.lost_per_cpu());
     Ok(ExitCode::SUCCESS)
 }
