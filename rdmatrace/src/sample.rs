@@ -26,7 +26,8 @@ pub fn pod_bytes<T: aya::Pod>(v: &T) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
 }
 
-fn header(kind: EventKind, ts_ns: u64, pid: u32, comm: [u8; 16]) -> EventHeader {
+/// The header of a user-space sample (no CPU, tid = pid).
+pub(crate) fn header(kind: EventKind, ts_ns: u64, pid: u32, comm: [u8; 16]) -> EventHeader {
     EventHeader {
         kind: kind as u32,
         cpu: 0,
@@ -37,7 +38,8 @@ fn header(kind: EventKind, ts_ns: u64, pid: u32, comm: [u8; 16]) -> EventHeader 
     }
 }
 
-fn fixed<const N: usize>(s: &str) -> [u8; N] {
+/// `s` NUL padded (and cut) into a fixed C string field.
+pub(crate) fn fixed<const N: usize>(s: &str) -> [u8; N] {
     let mut out = [0u8; N];
     let n = s.len().min(N - 1);
     out[..n].copy_from_slice(&s.as_bytes()[..n]);

@@ -81,6 +81,32 @@ pub struct QpLife {
     pub failed_modifies: u64,
 }
 
+impl QpLife {
+    /// A QP first seen in `rec`, owned by its process, with nothing counted yet.
+    fn new(key: &QpKey, rec: &Record, qp_type: u32) -> QpLife {
+        QpLife {
+            key: key.clone(),
+            owner_pid: rec.pid,
+            owner_comm: rec.comm.clone(),
+            qp_type,
+            created_ns: rec.ts_ns,
+            destroyed_ns: None,
+            state: None,
+            state_since_ns: rec.ts_ns,
+            time_in: BTreeMap::new(),
+            peer_qpn: None,
+            peer_gid: None,
+            tx_bytes: 0,
+            tx_packets: 0,
+            rx_bytes: 0,
+            rx_packets: 0,
+            retransmits: 0,
+            wc_errors: 0,
+            failed_modifies: 0,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Anomaly {
     pub ts_ns: u64,
@@ -298,26 +324,9 @@ impl Analyzer {
                     p.devices.push(qp.key.dev.clone());
                 }
                 self.live.insert(qp.key.clone(), self.qps.len());
-                self.qps.push(QpLife {
-                    key: qp.key.clone(),
-                    owner_pid: rec.pid,
-                    owner_comm: rec.comm.clone(),
-                    qp_type: qp.qp_type,
-                    created_ns: rec.ts_ns,
-                    destroyed_ns: None,
-                    state: Some(QpState::Reset),
-                    state_since_ns: rec.ts_ns,
-                    time_in: BTreeMap::new(),
-                    peer_qpn: None,
-                    peer_gid: None,
-                    tx_bytes: 0,
-                    rx_bytes: 0,
-                    rx_packets: 0,
-                    wc_errors: 0,
-                    tx_packets: 0,
-                    retransmits: 0,
-                    failed_modifies: 0,
-                });
+                let mut life = QpLife::new(&qp.key, rec, qp.qp_type);
+                life.state = Some(QpState::Reset);
+                self.qps.push(life);
             }
             Body::QpModify { qp, attrs, ret } => {
                 let idx = self.live.get(&qp.key).copied();
@@ -703,26 +712,10 @@ impl Analyzer {
                     p.qps_rts += 1;
                 }
                 self.live.insert(key.clone(), self.qps.len());
-                self.qps.push(QpLife {
-                    key: key.clone(),
-                    owner_pid: rec.pid,
-                    owner_comm: rec.comm.clone(),
-                    qp_type: r.qp.qp_type,
-                    created_ns: rec.ts_ns,
-                    destroyed_ns: None,
-                    state: r.state,
-                    state_since_ns: rec.ts_ns,
-                    time_in: BTreeMap::new(),
-                    peer_qpn: r.rqpn,
-                    peer_gid: None,
-                    tx_bytes: 0,
-                    rx_bytes: 0,
-                    rx_packets: 0,
-                    wc_errors: 0,
-                    tx_packets: 0,
-                    retransmits: 0,
-                    failed_modifies: 0,
-                });
+                let mut life = QpLife::new(key, rec, r.qp.qp_type);
+                life.state = r.state;
+                life.peer_qpn = r.rqpn;
+                self.qps.push(life);
             }
             (None, _) => {}
         }

@@ -6,31 +6,14 @@ use std::collections::HashMap;
 
 use rdmatrace_common::{
     event::{
-        qp_res_change, EventHeader, EventKind, QpCounterSample, QpIdent, QpResSample,
-        COUNTER_NAME_LEN, COUNTER_QPNS,
+        qp_res_change, EventKind, QpCounterSample, QpIdent, QpResSample, COUNTER_NAME_LEN,
+        COUNTER_QPNS,
     },
     limits::{COMM_LEN, DEV_NAME_LEN},
 };
 
 use super::nldev::{QpCounter, QpRow};
-
-fn fixed<const N: usize>(s: &str) -> [u8; N] {
-    let mut out = [0u8; N];
-    let n = s.len().min(N - 1);
-    out[..n].copy_from_slice(&s.as_bytes()[..n]);
-    out
-}
-
-fn header(kind: EventKind, ts_ns: u64, pid: u32, comm: &str) -> EventHeader {
-    EventHeader {
-        kind: kind as u32,
-        cpu: 0,
-        ts_ns,
-        pid,
-        tid: pid,
-        comm: fixed::<COMM_LEN>(comm),
-    }
-}
+use crate::sample::{fixed, header};
 
 /// The part of a row whose change is worth a record (PSNs move with traffic: not compared).
 fn same_row(a: &QpRow, b: &QpRow) -> bool {
@@ -39,7 +22,7 @@ fn same_row(a: &QpRow, b: &QpRow) -> bool {
 
 fn res_sample(row: &QpRow, change: u32, ts_ns: u64, comm: &str) -> QpResSample {
     QpResSample {
-        header: header(EventKind::QpRes, ts_ns, row.pid, comm),
+        header: header(EventKind::QpRes, ts_ns, row.pid, fixed::<COMM_LEN>(comm)),
         qp: QpIdent {
             dev: fixed::<DEV_NAME_LEN>(&row.dev),
             qpn: row.lqpn,
@@ -118,7 +101,7 @@ impl CounterTable {
                 let prev = self.values.get(&key).copied().unwrap_or(0);
                 if *value != prev {
                     out.push(QpCounterSample {
-                        header: header(EventKind::QpCounter, ts_ns, c.pid, ""),
+                        header: header(EventKind::QpCounter, ts_ns, c.pid, [0; COMM_LEN]),
                         dev: fixed::<DEV_NAME_LEN>(&c.dev),
                         port: c.port,
                         counter_id: c.id,
