@@ -214,6 +214,19 @@ fn doctor_reports_every_probe_with_a_status_and_reason() {
             item("probe process/process_exec").map(|i| &i["status"]),
             Some(&json!("ok"))
         );
+        // TCP bytes come from a tracepoint on this kernel (6.3+): its kretprobe fallback
+        // stands by, and says why.
+        let tp = item("probe tcp/tcp_send_bytes ").expect("tcp bytes probe listed");
+        let fallback = item("probe tcp/tcp_send_bytes_ret").expect("fallback listed");
+        if tp["status"] == "ok" {
+            assert_eq!(fallback["status"], "ok", "{fallback}");
+            assert!(
+                fallback["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("not needed: sock_send_length")),
+                "{fallback}"
+            );
+        }
         let qp = item("probe qp/qp_create_enter").expect("qp probe listed");
         assert_eq!(qp["status"], "unavailable");
         assert!(

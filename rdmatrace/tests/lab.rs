@@ -773,6 +773,22 @@ fn lab_doctor_sees_every_rdma_probe_attach() {
         .filter(|i| i["status"] != "ok" && !tracepoint_absent(i))
         .collect();
     assert!(off.is_empty(), "probes off in the lab kernel: {off:#?}");
+    // Per-process TCP bytes: the tracepoints (6.3+) or their kretprobe fallback, one of them
+    // really attached on every lab kernel.
+    for (tp, ret) in [
+        ("tcp/tcp_send_bytes ", "tcp/tcp_send_bytes_ret "),
+        ("tcp/tcp_recv_bytes ", "tcp/tcp_recv_bytes_ret "),
+    ] {
+        let find = |name: &str| {
+            probes
+                .iter()
+                .find(|i| i["item"].as_str().is_some_and(|s| s.contains(name)))
+                .unwrap_or_else(|| panic!("{name} missing"))
+        };
+        let (tp, ret) = (find(tp), find(ret));
+        let attached = |i: &Value| i["detail"] == "attached";
+        assert!(attached(tp) ^ attached(ret), "{tp} {ret}");
+    }
     for dev in ["device rxe0 port 1", "device rxe1 port 1"] {
         let d = items
             .iter()
@@ -1318,9 +1334,13 @@ fn lab_path_mtu_above_the_port_mtu_is_named_as_the_cause() {
         .expect("start ibv_rc_pingpong server");
     let deadline = Instant::now() + Duration::from_secs(30);
     let client_out = loop {
+        // Line-buffered: where the exchange hangs (6.1's rxe) the client is killed by the
+        // timeout, and its QPN line must not die in a stdio buffer.
         let o = Command::new("timeout")
             .args([
                 "30",
+                "stdbuf",
+                "-oL",
                 "ibv_rc_pingpong",
                 "-d",
                 "rxe0",

@@ -225,3 +225,42 @@ pub fn lab() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The second lab kernel, bookworm's own 6.1 (the oldest kernel the tool is tested on): the
+/// version of one in /boot, else the newest `linux-image-6.1.0-N-amd64` installed from apt.
+pub fn old_lab_kernel() -> anyhow::Result<String> {
+    let have = crate::lab::rxe_kernels()?;
+    if let Some((_, ver)) = have.iter().rev().find(|(_, v)| v.starts_with("6.1.")) {
+        say(&format!("lab kernel {ver} present (skipped)"));
+        return Ok(ver.clone());
+    }
+    let list = output(Command::new("apt-cache").args([
+        "search",
+        "--names-only",
+        r"^linux-image-6\.1\.0-[0-9]+-amd64$",
+    ]))
+    .unwrap_or_default();
+    let abi = |pkg: &str| -> Option<u32> {
+        pkg.strip_prefix("linux-image-6.1.0-")?
+            .strip_suffix("-amd64")?
+            .parse()
+            .ok()
+    };
+    let newest = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|p| abi(p).map(|n| (n, p.to_string())))
+        .max()
+        .map(|(_, p)| p)
+        .context("apt knows no linux-image-6.1.0-N-amd64 (is bookworm in the apt sources?)")?;
+    say(&format!("installing {newest} (the second lab kernel)"));
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends", &newest])
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    let ver = newest.trim_start_matches("linux-image-").to_string();
+    anyhow::ensure!(
+        crate::lab::rxe_kernels()?.iter().any(|(_, v)| *v == ver),
+        "{newest} installed but /boot/vmlinuz-{ver} with rdma_rxe is not there"
+    );
+    Ok(ver)
+}

@@ -25,10 +25,8 @@ bochs,qxl,virtio_gpu,floppy,parport_pc,ppdev,efi_pstore,qemu_fw_cfg,vmgenid,virt
 /// Longest a lab command may run before it is killed.
 const LAB_TIMEOUT: Duration = Duration::from_secs(40 * 60);
 
-/// The /boot kernel the lab boots: `RDMATRACE_LAB_KERNEL` (a version, e.g. `6.1.0-57-amd64`)
-/// when set, otherwise the newest that ships the rdma_rxe module.
-pub fn find_kernel() -> anyhow::Result<(PathBuf, String)> {
-    let wanted = std::env::var("RDMATRACE_LAB_KERNEL").ok();
+/// Kernels in /boot that ship the rdma_rxe module, oldest version first: `(vmlinuz, version)`.
+pub fn rxe_kernels() -> anyhow::Result<Vec<(PathBuf, String)>> {
     let mut found: Vec<(PathBuf, String)> = fs::read_dir("/boot")
         .context("cannot list /boot")?
         .filter_map(Result::ok)
@@ -41,14 +39,27 @@ pub fn find_kernel() -> anyhow::Result<(PathBuf, String)> {
             rxe.exists().then(|| (e.path(), ver))
         })
         .collect();
-    found.sort_by(|a, b| a.1.cmp(&b.1));
-    if let Some(v) = wanted {
+    found.sort_by(|a, b| version_key(&a.1).cmp(&version_key(&b.1)));
+    Ok(found)
+}
+
+/// `6.1.0-57-amd64` -> [6, 1, 0, 57, ...]: numeric order (6.12 after 6.1, -57 after -9).
+fn version_key(ver: &str) -> Vec<u64> {
+    ver.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// The /boot kernel the lab boots: `wanted` (a version, e.g. `6.1.0-57-amd64`), else
+/// `RDMATRACE_LAB_KERNEL` when set, otherwise the newest that ships the rdma_rxe module.
+pub fn find_kernel(wanted: Option<&str>) -> anyhow::Result<(PathBuf, String)> {
+    let env = std::env::var("RDMATRACE_LAB_KERNEL").ok();
+    let mut found = rxe_kernels()?;
+    if let Some(v) = wanted.or(env.as_deref()) {
         let have: Vec<&str> = found.iter().map(|(_, ver)| ver.as_str()).collect();
         let pick = found.iter().find(|(_, ver)| *ver == v).cloned();
         return pick.with_context(|| {
-            format!(
-                "RDMATRACE_LAB_KERNEL={v}: no such kernel with rdma_rxe in /boot (have {have:?})"
-            )
+            format!("lab kernel {v}: no such kernel with rdma_rxe in /boot (have {have:?})")
         });
     }
     found.pop().context(
@@ -115,7 +126,12 @@ fn kvm_works(kernel: &Path, ver: &str, rwdir: &Path) -> bool {
 /// Boots the lab and runs `cmd` (bash, from the repo root) inside; returns its exit status.
 /// Without `cmd`, an interactive shell.
 pub fn run(cmd: Option<&str>) -> anyhow::Result<i32> {
-    let (kernel, ver) = find_kernel()?;
+    run_on(None, cmd)
+}
+
+/// [`run`] on the kernel `version` (see [`find_kernel`]).
+pub fn run_on(version: Option<&str>, cmd: Option<&str>) -> anyhow::Result<i32> {
+    let (kernel, ver) = find_kernel(version)?;
     let root = repo_root();
     let rwdir = root.join("target/lab");
     fs::create_dir_all(&rwdir).with_context(|| format!("cannot create {}", rwdir.display()))?;

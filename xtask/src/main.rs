@@ -75,6 +75,7 @@ fn run() -> anyhow::Result<ExitCode> {
             bootstrap::browser()?;
             if lab {
                 bootstrap::lab()?;
+                bootstrap::old_lab_kernel()?;
             }
             Ok(ExitCode::SUCCESS)
         }

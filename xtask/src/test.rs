@@ -1,8 +1,9 @@
 //! `cargo xtask test`: every tier, loudly reporting any tier that could not run.
 //!
 //! - host: `cargo test --workspace` (unit, decode, golden, CLI; root-only checks adapt to privileges)
-//! - lab: the `lab*` integration tests, run with `--ignored` inside one boot of the lab VM, where
-//!   real RDMA programs run under the tracer.
+//! - lab: the `lab*` integration tests, run with `--ignored` inside the lab VM, where real RDMA
+//!   programs run under the tracer: one boot per lab kernel (Debian backports' newest with
+//!   rdma_rxe, and bookworm's 6.1), the same binaries on both.
 
 use std::{
     path::PathBuf,
@@ -62,12 +63,41 @@ fn lab_test_binaries() -> anyhow::Result<Vec<PathBuf>> {
     Ok(bins)
 }
 
-fn lab_tier() -> anyhow::Result<Tier> {
-    if let Err(e) = bootstrap::lab().and_then(|()| lab::find_kernel().map(|_| ())) {
-        return Ok(Tier::Skipped(format!(
-            "the lab cannot run on this machine: {e:#}"
-        )));
-    }
+/// The lab tier on each lab kernel: the newest with rdma_rxe (Debian backports) and bookworm's
+/// 6.1, one boot each, the same binaries. `(kernel, result)`.
+fn lab_tiers() -> Vec<(String, Tier)> {
+    let kernels = bootstrap::lab()
+        .and_then(|()| lab::find_kernel(None))
+        .and_then(|(_, newest)| Ok(vec![newest, bootstrap::old_lab_kernel()?]));
+    let kernels = match kernels {
+        Ok(k) => k,
+        Err(e) => {
+            return vec![(
+                "lab".into(),
+                Tier::Skipped(format!("the lab cannot run on this machine: {e:#}")),
+            )]
+        }
+    };
+    let script = match lab_script() {
+        Ok(s) => s,
+        Err(e) => return vec![("lab".into(), Tier::Failed(format!("{e:#}")))],
+    };
+    kernels
+        .into_iter()
+        .map(|ver| {
+            eprintln!("\n== lab tests on {ver}");
+            let tier = match lab::run_on(Some(&ver), Some(&script)) {
+                Ok(0) => Tier::Passed,
+                Ok(code) => Tier::Failed(format!("lab tests exited with {code}")),
+                Err(e) => Tier::Failed(format!("{e:#}")),
+            };
+            (format!("lab {ver}"), tier)
+        })
+        .collect()
+}
+
+/// Builds the tracer, the workloads and the lab test binaries; the script that runs them.
+fn lab_script() -> anyhow::Result<String> {
     cmd::run(cargo().args(["build", "-p", "rdmatrace", "-p", "rdmatrace-workloads"]))?;
     let bins = lab_test_binaries()?;
     let workloads = cmd::repo_root().join("target/debug");
@@ -81,12 +111,7 @@ fn lab_tier() -> anyhow::Result<Tier> {
         );
     }
     script += "exit $status\n";
-    let code = lab::run(Some(&script))?;
-    Ok(if code == 0 {
-        Tier::Passed
-    } else {
-        Tier::Failed(format!("lab tests exited with {code}"))
-    })
+    Ok(script)
 }
 
 pub fn run(require_lab: bool, host_only: bool) -> anyhow::Result<ExitCode> {
@@ -105,16 +130,17 @@ pub fn run(require_lab: bool, host_only: bool) -> anyhow::Result<ExitCode> {
         Err(e) => Tier::Failed(format!("cannot run cargo test: {e}")),
     };
 
-    eprintln!("\n== tier 2/2: lab (real RDMA programs on Soft-RoCE in a VM)");
-    let lab = if host_only {
-        Tier::Skipped("--host-only was given".into())
+    eprintln!("\n== tier 2/2: lab (real RDMA programs on Soft-RoCE in a VM, on each lab kernel)");
+    let mut tiers = vec![("host".to_string(), host)];
+    if host_only {
+        tiers.push(("lab".into(), Tier::Skipped("--host-only was given".into())));
     } else {
-        lab_tier().unwrap_or_else(|e| Tier::Failed(format!("{e:#}")))
-    };
+        tiers.extend(lab_tiers());
+    }
 
     let mut ok = true;
     eprintln!("\n== summary");
-    for (name, tier) in [("host", &host), ("lab", &lab)] {
+    for (name, tier) in &tiers {
         match tier {
             Tier::Passed => eprintln!("  {name:<5} passed"),
             Tier::Failed(why) => {

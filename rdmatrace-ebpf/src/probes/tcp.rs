@@ -5,8 +5,8 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::{btf_tracepoint, kprobe},
-    programs::{BtfTracePointContext, ProbeContext},
+    macros::{btf_tracepoint, kprobe, kretprobe},
+    programs::{BtfTracePointContext, ProbeContext, RetProbeContext},
 };
 use rdmatrace_common::{
     config::ProbeConfig,
@@ -152,6 +152,12 @@ fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
     if family != AF_INET && family != AF_INET6 {
         return None;
     }
+    add_bytes(ret as u64, tx)
+}
+
+/// Adds `bytes` to the calling process's TCP totals.
+#[inline(always)]
+fn add_bytes(bytes: u64, tx: bool) -> Option<u32> {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if TCP_BYTES.get_ptr_mut(tgid).is_none() {
         let fresh = TcpBytes {
@@ -167,10 +173,10 @@ fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
     // SAFETY: this CPU's slot of a live map value; nothing else writes it meanwhile.
     unsafe {
         if tx {
-            (*v).tx_bytes += ret as u64;
+            (*v).tx_bytes += bytes;
             (*v).tx_calls += 1;
         } else {
-            (*v).rx_bytes += ret as u64;
+            (*v).rx_bytes += bytes;
             (*v).rx_calls += 1;
         }
     }
@@ -185,4 +191,28 @@ pub fn tcp_send_bytes(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "sock_recv_length")]
 pub fn tcp_recv_bytes(ctx: BtfTracePointContext) -> u32 {
     count(&ctx, false).unwrap_or(0)
+}
+
+/// Before 6.3 there is no `sock_send_length`/`sock_recv_length`: the return values of
+/// `tcp_sendmsg` / `tcp_recvmsg` (bytes moved, TCP over IPv4 or IPv6 only) stand in for them.
+#[inline(always)]
+fn count_ret(ctx: &RetProbeContext, tx: bool) -> Option<u32> {
+    if !wanted(config()?) {
+        return None;
+    }
+    let ret = ctx.ret::<i64>() as i32;
+    if ret <= 0 {
+        return None;
+    }
+    add_bytes(ret as u64, tx)
+}
+
+#[kretprobe]
+pub fn tcp_send_bytes_ret(ctx: RetProbeContext) -> u32 {
+    count_ret(&ctx, true).unwrap_or(0)
+}
+
+#[kretprobe]
+pub fn tcp_recv_bytes_ret(ctx: RetProbeContext) -> u32 {
+    count_ret(&ctx, false).unwrap_or(0)
 }

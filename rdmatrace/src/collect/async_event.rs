@@ -2,7 +2,7 @@
 
 use rdmatrace_common::config::ProbeConfig;
 
-use super::{res::resolve_tracker, Area, Hook, ProbeSpec};
+use super::{res::resolve_tracker, Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
@@ -13,21 +13,25 @@ pub const AREA: Area = Area {
             program: "async_qp",
             hook: Hook::Kprobe,
             target: "ib_uverbs_qp_event_handler",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "async_cq",
             hook: Hook::Kprobe,
             target: "ib_uverbs_cq_event_handler",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "async_srq",
             hook: Hook::Kprobe,
             target: "ib_uverbs_srq_event_handler",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "async_port",
             hook: Hook::Kprobe,
             target: "ib_uverbs_event_handler",
+            role: Role::Always,
         },
     ],
     resolve,
@@ -41,6 +45,7 @@ pub const DEV_AREA: Area = Area {
         program: "dev_unregister",
         hook: Hook::Kprobe,
         target: "__ib_unregister_device",
+        role: Role::Always,
     }],
     resolve: resolve_dev,
 };

@@ -2,7 +2,7 @@
 
 use rdmatrace_common::config::ProbeConfig;
 
-use super::{res::resolve_tracker, Area, Hook, ProbeSpec};
+use super::{res::resolve_tracker, Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
@@ -12,6 +12,7 @@ pub const AREA: Area = Area {
         program: "cm_event",
         hook: Hook::Kprobe,
         target: "ucma_event_handler",
+        role: Role::Always,
     }],
     resolve,
 };

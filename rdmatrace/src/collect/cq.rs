@@ -3,7 +3,7 @@
 
 use rdmatrace_common::config::ProbeConfig;
 
-use super::{qp::resolve_ident, res::resolve_tracker, Area, Hook, ProbeSpec};
+use super::{qp::resolve_ident, res::resolve_tracker, Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
@@ -13,6 +13,7 @@ pub const AREA: Area = Area {
         program: "cq_comp",
         hook: Hook::Kprobe,
         target: "ib_uverbs_comp_handler",
+        role: Role::Always,
     }],
     resolve,
 };
@@ -25,6 +26,7 @@ pub const RXE_AREA: Area = Area {
         program: "rxe_cq_post",
         hook: Hook::Kprobe,
         target: "rxe_cq_post",
+        role: Role::Always,
     }],
     resolve: resolve_rxe,
 };

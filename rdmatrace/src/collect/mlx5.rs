@@ -4,7 +4,7 @@
 
 use rdmatrace_common::config::ProbeConfig;
 
-use super::{qp::resolve_ident, Area, Hook, ProbeSpec};
+use super::{qp::resolve_ident, Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
@@ -15,11 +15,13 @@ pub const AREA: Area = Area {
             program: "mlx5_qp_event",
             hook: Hook::Kprobe,
             target: "mlx5_ib_qp_event",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "mlx5_mr_access",
             hook: Hook::Kprobe,
             target: "mlx5_ib_reg_user_mr",
+            role: Role::Always,
         },
     ],
     resolve,

@@ -35,6 +35,18 @@ pub enum Hook {
     PerfCpuClock,
 }
 
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Hook::Kprobe => "kprobe",
+            Hook::Kretprobe => "kretprobe",
+            Hook::BtfTracepoint => "tp_btf",
+            Hook::Uprobe { .. } => "uprobe",
+            Hook::PerfCpuClock => "perf_event",
+        })
+    }
+}
+
 /// One program and where it goes.
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeSpec {
@@ -43,6 +55,20 @@ pub struct ProbeSpec {
     pub hook: Hook,
     /// Kernel function or tracepoint.
     pub target: &'static str,
+    pub role: Role,
+}
+
+/// When a probe is wanted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// On every kernel; not attaching is reported as the probe being off.
+    Always,
+    /// A fallback, attached only when the named program of the same area is off on this kernel
+    /// (e.g. a kretprobe standing in for a tracepoint that older kernels lack).
+    InsteadOf(&'static str),
+    /// Only where the kernel has the function (e.g. a stable-kernel backport that moved part of
+    /// the work into a new function); its absence elsewhere is normal, not a probe off.
+    WherePresent,
 }
 
 /// A group of programs that stand or fall together on one set of BTF offsets.

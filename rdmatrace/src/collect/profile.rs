@@ -5,7 +5,7 @@
 
 use rdmatrace_common::config::ProbeConfig;
 
-use super::{Area, Hook, ProbeSpec};
+use super::{Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{BtfError, KernelBtf};
 
 /// Default sampling frequency: off the kernel's own 100/250/1000 Hz ticks, so samples do not
@@ -19,6 +19,7 @@ pub const AREA: Area = Area {
         program: "cpu_sample",
         hook: Hook::PerfCpuClock,
         target: "cpu-clock",
+        role: Role::Always,
     }],
     resolve,
 };

@@ -2,7 +2,7 @@
 
 use rdmatrace_common::{config::ProbeConfig, limits::UNRESOLVED};
 
-use super::{Area, Hook, ProbeSpec};
+use super::{Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{is_array, offset_of, param_index, BtfError, KernelBtf};
 
 const CREATE: &str = "ib_create_qp_user";
@@ -17,31 +17,37 @@ pub const AREA: Area = Area {
             program: "qp_create_enter",
             hook: Hook::Kprobe,
             target: CREATE,
+            role: Role::Always,
         },
         ProbeSpec {
             program: "qp_create_exit",
             hook: Hook::Kretprobe,
             target: CREATE,
+            role: Role::Always,
         },
         ProbeSpec {
             program: "qp_modify_enter",
             hook: Hook::Kprobe,
             target: MODIFY,
+            role: Role::Always,
         },
         ProbeSpec {
             program: "qp_modify_exit",
             hook: Hook::Kretprobe,
             target: MODIFY,
+            role: Role::Always,
         },
         ProbeSpec {
             program: "qp_destroy_enter",
             hook: Hook::Kprobe,
             target: DESTROY,
+            role: Role::Always,
         },
         ProbeSpec {
             program: "qp_destroy_exit",
             hook: Hook::Kretprobe,
             target: DESTROY,
+            role: Role::Always,
         },
     ],
     resolve,

@@ -2,7 +2,7 @@
 
 use rdmatrace_common::{config::ProbeConfig, limits::UNRESOLVED};
 
-use super::{qp::resolve_ident, Area, Hook, ProbeSpec};
+use super::{qp::resolve_ident, Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{offset_of, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
@@ -13,16 +13,27 @@ pub const AREA: Area = Area {
             program: "res_add_enter",
             hook: Hook::Kprobe,
             target: "rdma_restrack_add",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "res_add_exit",
             hook: Hook::Kretprobe,
             target: "rdma_restrack_add",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "res_del",
             hook: Hook::Kprobe,
             target: "rdma_restrack_del",
+            role: Role::Always,
+        },
+        // Stable kernels with the split delete (e.g. Debian's 6.1): CQ and PD destroys call
+        // rdma_restrack_begin_del / _commit_del instead; commit is the object really gone.
+        ProbeSpec {
+            program: "res_del",
+            hook: Hook::Kprobe,
+            target: "rdma_restrack_commit_del",
+            role: Role::WherePresent,
         },
     ],
     resolve,

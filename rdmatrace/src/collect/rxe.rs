@@ -2,7 +2,7 @@
 
 use rdmatrace_common::config::ProbeConfig;
 
-use super::{qp::resolve_ident, Area, Hook, ProbeSpec};
+use super::{qp::resolve_ident, Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
@@ -13,31 +13,37 @@ pub const AREA: Area = Area {
             program: "rxe_retransmit_timer",
             hook: Hook::Kprobe,
             target: "retransmit_timer",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "rxe_rnr_nak_timer",
             hook: Hook::Kprobe,
             target: "rnr_nak_timer",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "rxe_xmit",
             hook: Hook::Kprobe,
             target: "rxe_xmit_packet",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "rxe_recv",
             hook: Hook::Kprobe,
             target: "rxe_resp_queue_pkt",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "rxe_recv",
             hook: Hook::Kprobe,
             target: "rxe_comp_queue_pkt",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "rxe_mr_access",
             hook: Hook::Kprobe,
             target: "rxe_reg_user_mr",
+            role: Role::Always,
         },
     ],
     resolve,

@@ -2,7 +2,7 @@
 
 use rdmatrace_common::{config::ProbeConfig, limits::UNRESOLVED};
 
-use super::{Area, Hook, ProbeSpec};
+use super::{Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{offset_of, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
@@ -13,16 +13,19 @@ pub const AREA: Area = Area {
             program: "process_fork",
             hook: Hook::BtfTracepoint,
             target: "sched_process_fork",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "process_exec",
             hook: Hook::BtfTracepoint,
             target: "sched_process_exec",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "process_exit",
             hook: Hook::BtfTracepoint,
             target: "sched_process_exit",
+            role: Role::Always,
         },
     ],
     resolve,

@@ -2,7 +2,7 @@
 
 use rdmatrace_common::config::ProbeConfig;
 
-use super::{Area, Hook, ProbeSpec};
+use super::{Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{offset_of, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
@@ -13,26 +13,44 @@ pub const AREA: Area = Area {
             program: "tcp_sendmsg_owner",
             hook: Hook::Kprobe,
             target: "tcp_sendmsg",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "tcp_state",
             hook: Hook::BtfTracepoint,
             target: "inet_sock_set_state",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "tcp_retransmit",
             hook: Hook::BtfTracepoint,
             target: "tcp_retransmit_skb",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "tcp_send_bytes",
             hook: Hook::BtfTracepoint,
             target: "sock_send_length",
+            role: Role::Always,
         },
         ProbeSpec {
             program: "tcp_recv_bytes",
             hook: Hook::BtfTracepoint,
             target: "sock_recv_length",
+            role: Role::Always,
+        },
+        // Before 6.3 (no sock_*_length tracepoints), where kprobes exist.
+        ProbeSpec {
+            program: "tcp_send_bytes_ret",
+            hook: Hook::Kretprobe,
+            target: "tcp_sendmsg",
+            role: Role::InsteadOf("tcp_send_bytes"),
+        },
+        ProbeSpec {
+            program: "tcp_recv_bytes_ret",
+            hook: Hook::Kretprobe,
+            target: "tcp_recvmsg",
+            role: Role::InsteadOf("tcp_recv_bytes"),
         },
     ],
     resolve,

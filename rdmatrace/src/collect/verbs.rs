@@ -5,7 +5,7 @@
 
 use rdmatrace_common::{config::ProbeConfig, event::verbs_func as f};
 
-use super::{Area, Hook, ProbeSpec};
+use super::{Area, Hook, ProbeSpec, Role};
 use crate::loader::btf::{BtfError, KernelBtf};
 
 const IBVERBS: &str = "libibverbs.so.1";
@@ -19,6 +19,7 @@ const fn ibv(symbol: &'static str, id: u32) -> ProbeSpec {
             cookie: id as u64,
         },
         target: symbol,
+        role: Role::Always,
     }
 }
 
@@ -30,6 +31,7 @@ const fn cm(symbol: &'static str, id: u32) -> ProbeSpec {
             cookie: id as u64,
         },
         target: symbol,
+        role: Role::Always,
     }
 }
 

@@ -6,10 +6,7 @@ use std::{path::Path, process::ExitCode};
 
 use serde_json::{json, Value};
 
-use crate::{
-    collect::Hook,
-    loader::{self, LoadOptions, ProbeState},
-};
+use crate::loader::{self, LoadOptions, ProbeState};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Level {
@@ -235,20 +232,14 @@ fn probe_checks() -> Vec<Check> {
     match loader::load(&opts, loader::all_areas()) {
         Ok(tracer) => {
             for p in &tracer.report.probes {
-                let hook = match p.spec.hook {
-                    Hook::Kprobe => "kprobe",
-                    Hook::Kretprobe => "kretprobe",
-                    Hook::BtfTracepoint => "tp_btf",
-                    Hook::Uprobe { .. } => "uprobe",
-                    Hook::PerfCpuClock => "perf_event",
-                };
                 let item = format!(
-                    "probe {}/{} ({hook} {})",
-                    p.area, p.spec.program, p.spec.target
+                    "probe {}/{} ({} {})",
+                    p.area, p.spec.program, p.spec.hook, p.spec.target
                 );
                 match &p.state {
                     ProbeState::Attached => c.push(check(Level::Ok, item, "attached", None)),
                     ProbeState::Off(why) => c.push(check(Level::Off, item, why.clone(), None)),
+                    ProbeState::Standby(why) => c.push(check(Level::Ok, item, why.clone(), None)),
                 }
             }
             for n in &tracer.report.notes {

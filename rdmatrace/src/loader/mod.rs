@@ -17,7 +17,7 @@ use aya::{
 };
 use rdmatrace_common::config::ProbeConfig;
 
-use crate::collect::{Area, Hook, ProbeSpec, AREAS};
+use crate::collect::{Area, Hook, ProbeSpec, Role, AREAS};
 
 /// The compiled kernel programs, embedded at build time.
 static PROBES_OBJ: &[u8] =
@@ -84,6 +84,8 @@ impl Default for LoadOptions {
 pub enum ProbeState {
     Attached,
     Off(String),
+    /// A fallback left unattached because what it stands in for is attached.
+    Standby(String),
 }
 
 #[derive(Clone, Debug)]
@@ -113,21 +115,45 @@ impl AttachReport {
         self.attached().any(|p| p.rdma)
     }
 
+    /// Why the fallback `spec` of `area` need not attach: what it stands in for is attached.
+    pub fn standby_reason(&self, area: &str, spec: &ProbeSpec) -> Option<String> {
+        let Role::InsteadOf(program) = spec.role else {
+            return None;
+        };
+        let primary = self.probes.iter().find(|p| {
+            p.area == area && p.spec.program == program && p.state == ProbeState::Attached
+        })?;
+        Some(format!("not needed: {} is attached", primary.spec.target))
+    }
+
+    /// The attached fallback that does the work of `primary`, if any.
+    fn stand_in(&self, primary: &ProbeStatus) -> Option<&ProbeStatus> {
+        self.probes.iter().find(|p| {
+            p.area == primary.area
+                && p.spec.role == Role::InsteadOf(primary.spec.program)
+                && p.state == ProbeState::Attached
+        })
+    }
+
     /// One line per area and reason: `area probes off (targets): reason`.
     pub fn off_lines(&self) -> Vec<String> {
-        let mut groups: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+        let mut groups: Vec<(&str, String, Vec<&str>)> = Vec::new();
         for p in &self.probes {
             if let ProbeState::Off(why) = &p.state {
+                let why = match self.stand_in(p) {
+                    Some(s) => format!("{why}; {} {} stands in", s.spec.hook, s.spec.target),
+                    None => why.clone(),
+                };
                 match groups
                     .iter_mut()
-                    .find(|(a, w, _)| *a == p.area && *w == why.as_str())
+                    .find(|(a, w, _)| *a == p.area && *w == why)
                 {
                     Some((_, _, targets)) => {
                         if !targets.contains(&p.spec.target) {
                             targets.push(p.spec.target);
                         }
                     }
-                    None => groups.push((p.area, why.as_str(), vec![p.spec.target])),
+                    None => groups.push((p.area, why, vec![p.spec.target])),
                 }
             }
         }
@@ -149,6 +175,20 @@ pub struct Tracer {
 /// True when the kernel can create kprobe perf events at all.
 fn kprobes_supported() -> bool {
     std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
+}
+
+/// Whether the running kernel (or a loaded module) has the function `name`.
+fn kernel_has(name: &str) -> bool {
+    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|k| kallsyms_has(&k, name))
+}
+
+/// `addr type name [module]` lines: is `name` a text symbol?
+fn kallsyms_has(kallsyms: &str, name: &str) -> bool {
+    kallsyms.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        let kind = f.nth(1).unwrap_or("");
+        matches!(kind, "t" | "T") && f.next() == Some(name)
+    })
 }
 
 fn is_permission(e: &aya::EbpfError) -> bool {
@@ -328,9 +368,19 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let lib_dirs = uprobe::library_dirs();
     for area in usable {
         for spec in area.probes {
-            let state = match attach_one(&mut ebpf, spec, aya_btf.as_ref(), opts, &lib_dirs) {
-                Ok(()) => ProbeState::Attached,
-                Err(why) => ProbeState::Off(why),
+            let state = if let Some(why) = report.standby_reason(area.name, spec) {
+                ProbeState::Standby(why)
+            } else {
+                match attach_one(&mut ebpf, spec, aya_btf.as_ref(), opts, &lib_dirs) {
+                    Ok(()) => ProbeState::Attached,
+                    Err(_) if spec.role == Role::WherePresent && !kernel_has(spec.target) => {
+                        ProbeState::Standby(format!(
+                            "not needed: this kernel has no {}",
+                            spec.target
+                        ))
+                    }
+                    Err(why) => ProbeState::Off(why),
+                }
             };
             report.probes.push(ProbeStatus {
                 area: area.name,
@@ -376,4 +426,85 @@ impl Tracer {
 /// Every area the tool knows.
 pub fn all_areas() -> &'static [Area] {
     AREAS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::tcp;
+
+    fn status(program: &str, state: ProbeState) -> ProbeStatus {
+        let spec = *tcp::AREA
+            .probes
+            .iter()
+            .find(|s| s.program == program)
+            .expect("a tcp program");
+        ProbeStatus {
+            area: "tcp",
+            rdma: false,
+            spec,
+            state,
+        }
+    }
+
+    fn spec(program: &str) -> ProbeSpec {
+        status(program, ProbeState::Attached).spec
+    }
+
+    #[test]
+    fn kallsyms_lookup_matches_whole_text_symbols_only() {
+        let k = "ffffffffc0a264d0 T rdma_restrack_commit_del\t[ib_core]\n\
+                 ffffffffc0a26720 t rdma_restrack_del.cold\t[ib_core]\n\
+                 ffffffff82000000 D rdma_restrack_data\n";
+        assert!(kallsyms_has(k, "rdma_restrack_commit_del"));
+        assert!(!kallsyms_has(k, "rdma_restrack_del"));
+        assert!(!kallsyms_has(k, "rdma_restrack_data"));
+        assert!(!kallsyms_has(k, "rdma_restrack_commit"));
+    }
+
+    #[test]
+    fn a_fallback_stands_by_only_while_what_it_replaces_is_attached() {
+        let mut report = AttachReport::default();
+        report
+            .probes
+            .push(status("tcp_send_bytes", ProbeState::Attached));
+        report.probes.push(status(
+            "tcp_recv_bytes",
+            ProbeState::Off("unknown BTF type `btf_trace_sock_recv_length`".into()),
+        ));
+        assert_eq!(
+            report
+                .standby_reason("tcp", &spec("tcp_send_bytes_ret"))
+                .as_deref(),
+            Some("not needed: sock_send_length is attached")
+        );
+        // Off on this kernel: the kretprobe must attach in its place.
+        assert_eq!(
+            report.standby_reason("tcp", &spec("tcp_recv_bytes_ret")),
+            None
+        );
+        // Same program name in another area does not count; primaries never stand by.
+        assert_eq!(
+            report.standby_reason("qp", &spec("tcp_send_bytes_ret")),
+            None
+        );
+        assert_eq!(report.standby_reason("tcp", &spec("tcp_send_bytes")), None);
+        // A standing-by fallback is not an "off" probe.
+        report.probes.push(status(
+            "tcp_send_bytes_ret",
+            ProbeState::Standby("not needed".into()),
+        ));
+        let off = report.off_lines();
+        assert_eq!(off.len(), 1, "{off:?}");
+        assert!(off[0].contains("sock_recv_length"), "{off:?}");
+        // Once the fallback is attached, the line says so.
+        report
+            .probes
+            .push(status("tcp_recv_bytes_ret", ProbeState::Attached));
+        assert_eq!(
+            report.off_lines(),
+            ["tcp probes off (sock_recv_length): unknown BTF type \
+              `btf_trace_sock_recv_length`; kretprobe tcp_recvmsg stands in"]
+        );
+    }
 }

@@ -72,7 +72,7 @@ impl LabResults {
 pub fn run(rounds: u32) -> anyhow::Result<LabResults> {
     let out = cmd::repo_root().join("target/lab/bench");
     let _ = std::fs::remove_file(out.join("lab.txt"));
-    let (_, kernel) = lab::find_kernel()?;
+    let (_, kernel) = lab::find_kernel(None)?;
     let code = lab::run(Some(&format!(
         "bash xtask/lab/bench.sh target/release/rdmatrace target/lab/bench {rounds}"
     )))?;

@@ -4,9 +4,9 @@
 //!
 //! Usage: `rt-mover --from-dev rxe0 --to-dev rxe1 [--mib 64] [--transport rdma|tcp]
 //!         [--events] [--retry-cnt N] [--kill-peer-after-mib M] [--gid-index 1]
-//!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S]`
+//!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S] [--chunk-kib K]`
 //!
-//! RDMA: RC QPs, signaled RDMA WRITEs of 64 KiB, 16 in flight; `--events` waits on a
+//! RDMA: RC QPs, signaled RDMA WRITEs of `--chunk-kib` (64) KiB, 16 in flight; `--events` waits on a
 //! completion channel instead of polling. `--kill-peer-after-mib M` destroys the receiving QP
 //! after M MiB: the sender's writes then fail with a transport retry error (use a small
 //! `--retry-cnt`: rxe retries forever at 7). `--linger-secs S` keeps the process and its QPs
@@ -22,7 +22,6 @@ use anyhow::{bail, Context as _};
 use rdma_sys::{ibv_access_flags as acc, ibv_wc, ibv_wc_status_str};
 use rdmatrace_workloads::{tcp_transfer, Endpoint, Verbs};
 
-const CHUNK: usize = 64 << 10;
 const DEPTH: usize = 16;
 
 struct Opts {
@@ -37,6 +36,7 @@ struct Opts {
     from: String,
     to: String,
     linger: std::time::Duration,
+    chunk: usize,
 }
 
 fn opts() -> anyhow::Result<Opts> {
@@ -52,6 +52,7 @@ fn opts() -> anyhow::Result<Opts> {
         from: "192.0.2.1".into(),
         to: "192.0.2.2".into(),
         linger: std::time::Duration::ZERO,
+        chunk: 64 << 10,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -68,6 +69,7 @@ fn opts() -> anyhow::Result<Opts> {
             "--from" => o.from = val()?,
             "--to" => o.to = val()?,
             "--linger-secs" => o.linger = std::time::Duration::from_secs_f64(val()?.parse()?),
+            "--chunk-kib" => o.chunk = val()?.parse::<usize>()? << 10,
             other => bail!("unknown argument {other:?}"),
         }
     }
@@ -91,6 +93,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         dqpn
     );
     let _ = std::io::stdout().flush();
+    let chunk = o.chunk.max(1);
     let total = o.mib << 20;
     if o.tcp {
         // The "transport" gives up on RDMA after INIT.
@@ -100,8 +103,8 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         return Ok(std::process::ExitCode::SUCCESS);
     }
 
-    let mut sbuf = vec![0xa5u8; CHUNK];
-    let mut dbuf = vec![0u8; CHUNK * DEPTH];
+    let mut sbuf = vec![0xa5u8; chunk];
+    let mut dbuf = vec![0u8; chunk * DEPTH];
     let smr = src.reg_mr(&mut sbuf, acc::IBV_ACCESS_LOCAL_WRITE.0)?;
     let dmr = dst.reg_mr(
         &mut dbuf,
@@ -131,9 +134,9 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         .collect();
     while done < total {
         while inflight < DEPTH && posted < total {
-            let slot = (posted / CHUNK as u64) % DEPTH as u64;
-            sqp.post_write(posted, &smr, &sbuf, &d_end, slot * CHUNK as u64)?;
-            posted += CHUNK as u64;
+            let slot = (posted / chunk as u64) % DEPTH as u64;
+            sqp.post_write(posted, &smr, &sbuf, &d_end, slot * chunk as u64)?;
+            posted += chunk as u64;
             inflight += 1;
         }
         let n = src.completions(&mut wcs)?;
@@ -152,7 +155,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
                 return Ok(std::process::ExitCode::from(2));
             }
             inflight -= 1;
-            done += CHUNK as u64;
+            done += chunk as u64;
         }
         if o.kill_after_mib.is_some_and(|m| done >= m << 20) && dqp.is_some() {
             // The peer goes away mid-transfer: its QPN stops answering.
