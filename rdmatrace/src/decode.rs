@@ -15,10 +15,10 @@ use crate::{
     clock::ClockAnchor,
     event::{
         cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
-        AsyncElement, AsyncEvent, Body, CmEvent, CounterDelta, CpuSample, CqNotifyDelta, Frame,
-        ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo, QpKey, QpResRow, QpState,
-        QpTrafficDelta, Record, ResChange, ResType, Resource, Retransmit, TcpBytesDelta, TcpState,
-        TcpTuple, Transport, VerbsCall, WcError,
+        AsyncElement, AsyncEvent, Body, CmEvent, CompactString, CounterDelta, CpuSample,
+        CqNotifyDelta, Frame, ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo, QpKey,
+        QpResRow, QpState, QpTrafficDelta, Record, ResChange, ResType, Resource, Retransmit,
+        TcpBytesDelta, TcpState, TcpTuple, Transport, VerbsCall, WcError,
     },
 };
 
@@ -56,21 +56,33 @@ fn read_grown<T: aya::Pod>(
         });
     }
     if bytes.len() < size_of::<T>() {
-        let mut full = vec![0u8; size_of::<T>()];
-        full[..bytes.len()].copy_from_slice(bytes);
-        // SAFETY: `full` holds exactly size_of::<T>() bytes and T is Pod (any bit pattern
-        // valid); read_unaligned copes with the buffer's alignment.
-        return Ok(unsafe { std::ptr::read_unaligned(full.as_ptr().cast::<T>()) });
+        let mut full = std::mem::MaybeUninit::<T>::zeroed();
+        // SAFETY: `bytes` is shorter than T, so the copy stays inside `full`; the two do not
+        // overlap (one is on our stack). T is Pod: all zeros overwritten by any bytes is a
+        // valid T.
+        return Ok(unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                full.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            );
+            full.assume_init()
+        });
     }
     // SAFETY: the length is checked above and T is Pod (any bit pattern valid);
     // read_unaligned copes with the buffer's alignment.
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-/// A NUL-padded C string as UTF-8 (lossy).
-pub fn c_str(bytes: &[u8]) -> String {
+/// A NUL-padded C string as UTF-8 (lossy). Kernel names are short ASCII: they stay inline in
+/// the [`CompactString`] (no allocation) and skip the lossy conversion's slow path.
+pub fn c_str(bytes: &[u8]) -> CompactString {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
+    let bytes = &bytes[..end];
+    match std::str::from_utf8(bytes) {
+        Ok(s) => CompactString::new(s),
+        Err(_) => CompactString::from_utf8_lossy(bytes),
+    }
 }
 
 fn qp_info(id: &QpIdent) -> QpInfo {
@@ -213,9 +225,9 @@ fn async_event(ev: &RawAsync) -> Body {
         event: match ev.source {
             async_source::MLX5 => mlx5_event_name(ev.event_type),
             async_source::CORE if ev.event_type == async_source::DEVICE_UNREGISTER => {
-                "DEVICE_UNREGISTER".to_string()
+                CompactString::const_new("DEVICE_UNREGISTER")
             }
-            async_source::CORE => format!("CORE_{}", ev.event_type),
+            async_source::CORE => compact_str::format_compact!("CORE_{}", ev.event_type),
             _ => ib_event_name(ev.event_type),
         },
         element,
@@ -225,7 +237,7 @@ fn async_event(ev: &RawAsync) -> Body {
             _ => "uverbs",
         },
         owner_pid: 0,
-        owner_comm: String::new(),
+        owner_comm: CompactString::const_new(""),
     })
 }
 
@@ -374,7 +386,7 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 rx_packets: ev.traffic.rx_packets,
                 rx_bytes: ev.traffic.rx_bytes,
                 owner_pid: 0,
-                owner_comm: String::new(),
+                owner_comm: CompactString::const_new(""),
             });
             (ev.header, body)
         }
@@ -426,7 +438,7 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 counter_id: ev.counter_id,
                 qpns: ev.qpns[..kept].to_vec(),
                 nqpns: ev.nqpns,
-                name: c_str(&ev.name),
+                name: c_str(&ev.name).into(),
                 value: ev.value,
                 delta: ev.delta,
             });
@@ -440,8 +452,8 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 state: port_state_name(ev.state),
                 active_mtu: (ev.active_mtu != 0).then_some(ev.active_mtu),
                 netdev_mtu: (ev.netdev_mtu != 0).then_some(ev.netdev_mtu),
-                link_layer: c_str(&ev.link_layer),
-                netdev: c_str(&ev.netdev),
+                link_layer: c_str(&ev.link_layer).into(),
+                netdev: c_str(&ev.netdev).into(),
             });
             (ev.header, body)
         }
@@ -463,7 +475,7 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 dev: c_str(&ev.dev),
                 port: ev.port,
                 hw: ev.hw != 0,
-                name: c_str(&ev.name),
+                name: c_str(&ev.name).into(),
                 value: ev.value,
                 delta: ev.delta,
             });

@@ -1,7 +1,14 @@
 //! The user-side event model: what decode produces, the correlator annotates and sinks print.
 //! Owned, validated, independent of the wire layout in `rdmatrace-common`.
+//!
+//! Process and device names, and the names of event codes, are [`CompactString`]s: they come
+//! from fixed kernel arrays of at most 16 (comm) or 64 (device) bytes and are almost always
+//! under 24 bytes, which `CompactString` keeps inline, so decoding and correlating a record
+//! allocates nothing for them (replay runs at millions of records per second).
 
 use std::fmt;
+
+pub use compact_str::CompactString;
 
 /// `enum ib_qp_state`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,7 +84,7 @@ pub fn mtu_bytes(raw: u32) -> u32 {
 /// Which QP: a QPN is unique only per device.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QpKey {
-    pub dev: String,
+    pub dev: CompactString,
     pub qpn: u32,
 }
 
@@ -146,7 +153,7 @@ pub struct Retransmit {
     /// The process owning the QP / socket (0 when unknown); the record's pid is whoever was
     /// on CPU when it fired.
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
 }
 
 /// `enum rdma_restrack_type` as the object names used in output.
@@ -213,11 +220,11 @@ impl ResType {
 pub struct Resource {
     pub added: bool,
     pub res_type: ResType,
-    pub dev: String,
+    pub dev: CompactString,
     /// The tracker id (`rdma res show`'s cqn / mrn / pdn / srqn / cm-idn).
     pub id: u32,
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
     pub user: bool,
     /// CQ: (cqe, comp_vector).
     pub cq: Option<(u32, u32)>,
@@ -266,7 +273,7 @@ pub fn access_names(flags: u32) -> String {
 }
 
 /// `enum ib_wc_status` names.
-pub fn wc_status_name(raw: u32) -> String {
+pub fn wc_status_name(raw: u32) -> CompactString {
     const NAMES: [&str; 22] = [
         "SUCCESS",
         "LOC_LEN_ERR",
@@ -291,14 +298,15 @@ pub fn wc_status_name(raw: u32) -> String {
         "RESP_TIMEOUT_ERR",
         "GENERAL_ERR",
     ];
-    NAMES
-        .get(raw as usize)
-        .map_or_else(|| format!("WC_STATUS_{raw}"), |s| (*s).to_string())
+    NAMES.get(raw as usize).map_or_else(
+        || compact_str::format_compact!("WC_STATUS_{raw}"),
+        |s| CompactString::const_new(s),
+    )
 }
 
 /// mlx5 hardware QP event types (`enum mlx5_event`) under the `ib_event_type` name mlx5_ib
 /// translates them to.
-pub fn mlx5_event_name(raw: u32) -> String {
+pub fn mlx5_event_name(raw: u32) -> CompactString {
     let name = match raw {
         0x01 => "PATH_MIG",
         0x02 => "COMM_EST",
@@ -308,13 +316,13 @@ pub fn mlx5_event_name(raw: u32) -> String {
         0x10 => "QP_REQ_ERR",
         0x11 => "QP_ACCESS_ERR",
         0x13 => "QP_LAST_WQE_REACHED",
-        n => return format!("MLX5_EVENT_{n:#x}"),
+        n => return compact_str::format_compact!("MLX5_EVENT_{n:#x}"),
     };
-    name.into()
+    CompactString::const_new(name)
 }
 
 /// `enum ib_event_type` names.
-pub fn ib_event_name(raw: u32) -> String {
+pub fn ib_event_name(raw: u32) -> CompactString {
     const NAMES: [&str; 20] = [
         "CQ_ERR",
         "QP_FATAL",
@@ -337,13 +345,14 @@ pub fn ib_event_name(raw: u32) -> String {
         "GID_CHANGE",
         "WQ_FATAL",
     ];
-    NAMES
-        .get(raw as usize)
-        .map_or_else(|| format!("EVENT_{raw}"), |s| (*s).to_string())
+    NAMES.get(raw as usize).map_or_else(
+        || compact_str::format_compact!("EVENT_{raw}"),
+        |s| CompactString::const_new(s),
+    )
 }
 
 /// `enum rdma_cm_event_type` names.
-pub fn cm_event_name(raw: u32) -> String {
+pub fn cm_event_name(raw: u32) -> CompactString {
     const NAMES: [&str; 16] = [
         "ADDR_RESOLVED",
         "ADDR_ERROR",
@@ -362,9 +371,10 @@ pub fn cm_event_name(raw: u32) -> String {
         "ADDR_CHANGE",
         "TIMEWAIT_EXIT",
     ];
-    NAMES
-        .get(raw as usize)
-        .map_or_else(|| format!("CM_EVENT_{raw}"), |s| (*s).to_string())
+    NAMES.get(raw as usize).map_or_else(
+        || compact_str::format_compact!("CM_EVENT_{raw}"),
+        |s| CompactString::const_new(s),
+    )
 }
 
 /// What an asynchronous event is about.
@@ -378,26 +388,26 @@ pub enum AsyncElement {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AsyncEvent {
-    pub dev: String,
-    pub event: String,
+    pub dev: CompactString,
+    pub event: CompactString,
     pub element: AsyncElement,
     /// Who reported it: `uverbs` (delivered to the process) or `mlx5` (the driver's view).
     pub source: &'static str,
     /// The owner of the QP, when the correlator knows it.
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CmEvent {
-    pub dev: String,
+    pub dev: CompactString,
     /// 0 when the id has no QP yet.
     pub qpn: u32,
-    pub event: String,
+    pub event: CompactString,
     pub status: i32,
     pub cm_id: u32,
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
     pub src: Option<std::net::SocketAddr>,
     pub dst: Option<std::net::SocketAddr>,
 }
@@ -421,7 +431,7 @@ pub struct QpTrafficDelta {
     pub rx_bytes: u64,
     /// The QP's owner, from the correlator.
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
 }
 
 /// A TCP socket changed state.
@@ -432,7 +442,7 @@ pub struct TcpState {
     pub old_state: u16,
     /// The socket's owner (0 when not known yet: e.g. a passive open before the first send).
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
 }
 
 /// `enum tcp_state` names.
@@ -462,26 +472,26 @@ pub fn tcp_state_name(raw: u16) -> String {
 pub struct WcError {
     pub qp: QpKey,
     pub cqn: u32,
-    pub status: String,
+    pub status: CompactString,
     pub vendor_err: u32,
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
 }
 
 /// Completion-channel notifications of one CQ since the previous sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CqNotifyDelta {
-    pub dev: String,
+    pub dev: CompactString,
     pub cqn: u32,
     pub count: u64,
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
 }
 
 /// A port counter that moved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CounterDelta {
-    pub dev: String,
+    pub dev: CompactString,
     pub port: u32,
     /// From `hw_counters` (driver) rather than `counters` (IB standard).
     pub hw: bool,
@@ -537,7 +547,7 @@ pub struct QpResRow {
 /// A per-QP statistic counter (rdma netlink) that moved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QpCounterDelta {
-    pub dev: String,
+    pub dev: CompactString,
     pub port: u32,
     pub counter_id: u32,
     /// QPs bound to the counter (the first few when many are).
@@ -551,7 +561,7 @@ pub struct QpCounterDelta {
 /// An RDMA port's state and active MTU (sampled at start and on change).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortInfo {
-    pub dev: String,
+    pub dev: CompactString,
     pub port: u32,
     /// `DOWN`, `INIT`, `ARMED`, `ACTIVE`, `ACTIVE_DEFER` or `?`.
     pub state: &'static str,
@@ -712,7 +722,7 @@ impl Record {
             cpu: 0,
             pid: 0,
             tid: 0,
-            comm: String::new(),
+            comm: CompactString::const_new(""),
             body: Body::Lost { count },
         }
     }
@@ -787,6 +797,6 @@ pub struct Record {
     pub cpu: u32,
     pub pid: u32,
     pub tid: u32,
-    pub comm: String,
+    pub comm: CompactString,
     pub body: Body,
 }

@@ -2,9 +2,11 @@
 //! blame and anomalies, built from correlated records. Pure: no I/O, no clock; feed it
 //! records (live or replayed) and call [`Analyzer::finish`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use crate::event::{AsyncElement, Body, QpKey, QpState, Record, ResType};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::event::{AsyncElement, Body, CompactString, QpKey, QpState, Record, ResType};
 
 /// TCP traffic below this is a control channel, not a data path (perftest, MPI bootstrap...).
 pub const TCP_DATA_THRESHOLD: u64 = 1 << 20;
@@ -37,8 +39,8 @@ impl Verdict {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcStats {
     pub pid: u32,
-    pub comm: String,
-    pub devices: Vec<String>,
+    pub comm: CompactString,
+    pub devices: Vec<CompactString>,
     pub ctx_opens: u64,
     pub qps_created: u64,
     pub qps_rts: u64,
@@ -61,7 +63,7 @@ pub struct ProcStats {
 pub struct QpLife {
     pub key: QpKey,
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
     pub qp_type: u32,
     pub created_ns: u64,
     pub destroyed_ns: Option<u64>,
@@ -112,8 +114,8 @@ pub struct Anomaly {
     pub ts_ns: u64,
     pub wall_ns: u64,
     pub pid: u32,
-    pub comm: String,
-    pub dev: Option<String>,
+    pub comm: CompactString,
+    pub dev: Option<CompactString>,
     pub qpn: Option<u32>,
     pub kind: &'static str,
     pub detail: String,
@@ -122,7 +124,7 @@ pub struct Anomaly {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlameRow {
     pub pid: u32,
-    pub comm: String,
+    pub comm: CompactString,
     pub transport: &'static str,
     /// `rxe0 QPN 0x11` or `192.0.2.1:5000->192.0.2.2:80`.
     pub target: String,
@@ -148,7 +150,7 @@ pub struct Report {
     pub blame: Vec<BlameRow>,
     /// Per-port counter totals that speak of retransmission, for attribution that is only
     /// per port (no per-QP source).
-    pub port_counters: Vec<(String, u32, String, u64)>,
+    pub port_counters: Vec<(CompactString, u32, String, u64)>,
     pub anomalies: Vec<Anomaly>,
 }
 
@@ -159,18 +161,18 @@ type BlameKey = (u32, &'static str, String);
 #[derive(Clone, Default)]
 pub struct Analyzer {
     procs: BTreeMap<u32, ProcStats>,
-    live: HashMap<QpKey, usize>,
+    live: FxHashMap<QpKey, usize>,
     qps: Vec<QpLife>,
-    blame: HashMap<BlameKey, (String, u64, Vec<String>)>,
-    port_counters: BTreeMap<(String, u32, String), u64>,
+    blame: FxHashMap<BlameKey, (CompactString, u64, Vec<String>)>,
+    port_counters: BTreeMap<(CompactString, u32, String), u64>,
     anomalies: Vec<Anomaly>,
     /// (QP, wc status) pairs already reported as an anomaly; repeats are only counted.
-    wc_reported: std::collections::HashSet<(QpKey, String)>,
+    wc_reported: FxHashSet<(QpKey, CompactString)>,
     /// First error completion status per QP (flushes only if nothing else), to say why a QP
     /// went to ERR.
-    last_wc: HashMap<QpKey, String>,
+    last_wc: FxHashMap<QpKey, CompactString>,
     /// Ports as last sampled, for MTU checks and port-down anomalies.
-    ports: BTreeMap<(String, u32), crate::event::PortInfo>,
+    ports: BTreeMap<(CompactString, u32), crate::event::PortInfo>,
     traffic_measured: bool,
     first_wall_ns: u64,
     last_wall_ns: u64,
@@ -261,8 +263,8 @@ impl Analyzer {
             pid,
             ..Default::default()
         });
-        if !comm.is_empty() {
-            p.comm = comm.to_string();
+        if !comm.is_empty() && p.comm != comm {
+            p.comm = comm.into();
         }
         p
     }
@@ -272,8 +274,8 @@ impl Analyzer {
             ts_ns: rec.ts_ns,
             wall_ns: rec.wall_ns,
             pid: rec.subject_pid(),
-            comm: rec.subject_comm().to_string(),
-            dev: rec.dev().map(String::from),
+            comm: rec.subject_comm().into(),
+            dev: rec.dev().map(CompactString::from),
             qpn: rec.qpn(),
             kind,
             detail,
@@ -488,7 +490,8 @@ impl Analyzer {
                     _ => ("?".into(), false),
                 };
                 if let Some(qp) = &r.qp {
-                    if let Some(q) = self.qps.iter_mut().rev().find(|q| q.key == qp.key.clone()) {
+                    // The live QP, else the last one with this key.
+                    if let Some(q) = self.qp_mut(&qp.key) {
                         q.retransmits += 1;
                     }
                 }

@@ -5,28 +5,31 @@
 pub mod analysis;
 pub mod filter;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
-use crate::event::{Body, QpKey, QpState, Record};
+use crate::event::{Body, CompactString, QpKey, QpState, Record};
 
 /// What the correlator knows about a live QP.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QpTrack {
     pub state: Option<QpState>,
     pub owner_pid: u32,
-    pub owner_comm: String,
+    pub owner_comm: CompactString,
     pub qp_type: u32,
     /// Monotonic ns of the last state change.
     pub since_ns: u64,
 }
 
+/// Its maps are looked up on every record: they hash with FxHash (keys are kernel ids and
+/// names, not attacker-chosen in a way that matters for a post-processing tool) rather than
+/// SipHash, and are never iterated, so their order cannot reach any output.
 #[derive(Default)]
 pub struct Correlator {
-    qps: HashMap<QpKey, QpTrack>,
+    qps: FxHashMap<QpKey, QpTrack>,
     /// Destroyed QPs' owners: samples and timers can still arrive after the destroy. A new QP
     /// with the same (device, QPN) replaces the entry.
-    ended: HashMap<QpKey, (u32, String)>,
-    comms: HashMap<u32, String>,
+    ended: FxHashMap<QpKey, (u32, CompactString)>,
+    comms: FxHashMap<u32, CompactString>,
 }
 
 impl Correlator {
@@ -37,10 +40,10 @@ impl Correlator {
     /// Updates state from `rec` and fills in what it can (the current state of a modify whose
     /// caller did not pass `IB_QP_CUR_STATE`).
     pub fn observe(&mut self, rec: &mut Record) {
-        // Most records repeat their process's name: allocate only when it is new or changed.
+        // Most records repeat their process's name: write only when it is new or changed.
         if !rec.comm.is_empty()
             && rec.pid != 0
-            && self.comms.get(&rec.pid).map(String::as_str) != Some(rec.comm.as_str())
+            && self.comms.get(&rec.pid).map(CompactString::as_str) != Some(rec.comm.as_str())
         {
             self.comms.insert(rec.pid, rec.comm.clone());
         }
@@ -125,7 +128,7 @@ impl Correlator {
     }
 
     /// Owner of a live or recently destroyed QP.
-    pub fn owner(&self, key: &QpKey) -> Option<(u32, String)> {
+    pub fn owner(&self, key: &QpKey) -> Option<(u32, CompactString)> {
         match self.qps.get(key) {
             Some(t) => Some((t.owner_pid, t.owner_comm.clone())),
             None => self.ended.get(key).cloned(),
@@ -137,7 +140,7 @@ impl Correlator {
     }
 
     pub fn comm(&self, pid: u32) -> Option<&str> {
-        self.comms.get(&pid).map(String::as_str)
+        self.comms.get(&pid).map(CompactString::as_str)
     }
 }
 

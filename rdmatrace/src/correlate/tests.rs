@@ -200,7 +200,7 @@ fn late_samples_of_a_destroyed_qp_keep_their_owner_until_the_qpn_is_reused() {
             rx_packets: 0,
             rx_bytes: 0,
             owner_pid: 0,
-            owner_comm: String::new(),
+            owner_comm: Default::default(),
         })
     };
     let mut c = Correlator::new();

@@ -148,6 +148,9 @@ impl Recording {
         let mut problems = Vec::new();
         let d = &self.data;
         let mut at = self.body;
+        // One decompression buffer for the whole file: a fresh one per chunk costs an
+        // allocation and the kernel's zeroing of its pages, more than decoding the chunk.
+        let mut buf: Vec<u8> = Vec::new();
         while at < d.len() {
             if d.len() - at < CHUNK_HEADER_LEN {
                 if d[at..].starts_with(CHUNK_MAGIC) || CHUNK_MAGIC.starts_with(&d[at..]) {
@@ -209,9 +212,13 @@ impl Recording {
                 at = find_magic(d, at + 1);
                 continue;
             }
-            let raw = if flags & FLAG_LZ4 != 0 {
-                match lz4_flex::block::decompress(stored, raw_len as usize) {
-                    Ok(r) => r,
+            let raw: &[u8] = if flags & FLAG_LZ4 != 0 {
+                let raw_len = raw_len as usize;
+                if buf.len() < raw_len {
+                    buf.resize(raw_len, 0);
+                }
+                match lz4_flex::block::decompress_into(stored, &mut buf[..raw_len]) {
+                    Ok(n) => &buf[..n],
                     Err(e) => {
                         problems.push(ChunkProblem::Decompress {
                             offset: at,
@@ -222,9 +229,9 @@ impl Recording {
                     }
                 }
             } else {
-                stored.to_vec()
+                stored
             };
-            if let Err(why) = entries(&raw, &mut f) {
+            if let Err(why) = entries(raw, &mut f) {
                 problems.push(ChunkProblem::BadEntry { offset: at, why });
             }
             at = end;

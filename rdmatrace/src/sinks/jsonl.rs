@@ -58,9 +58,9 @@ pub fn to_json(rec: &Record) -> Value {
     d.insert("time".into(), rfc3339(rec.wall_ns).into());
     d.insert("pid".into(), rec.pid.into());
     d.insert("tid".into(), rec.tid.into());
-    d.insert("comm".into(), rec.comm.clone().into());
+    d.insert("comm".into(), rec.comm.as_str().into());
     if let Some(qp) = rec.body.qp() {
-        d.insert("dev".into(), qp.key.dev.clone().into());
+        d.insert("dev".into(), qp.key.dev.as_str().into());
         d.insert("qpn".into(), qp.key.qpn.into());
         d.insert("qp_type".into(), qp_type_name(qp.qp_type).into());
     }
@@ -102,11 +102,11 @@ pub fn to_json(rec: &Record) -> Value {
             }
         }
         Body::Resource(r) => {
-            d.insert("dev".into(), r.dev.clone().into());
+            d.insert("dev".into(), r.dev.as_str().into());
             d.insert("object".into(), r.res_type.names().4.into());
             d.insert("id".into(), r.id.into());
             d.insert("owner_pid".into(), r.owner_pid.into());
-            d.insert("owner_comm".into(), r.owner_comm.clone().into());
+            d.insert("owner_comm".into(), r.owner_comm.as_str().into());
             d.insert("user".into(), r.user.into());
             if let Some((cqe, vector)) = r.cq {
                 d.insert("cqe".into(), cqe.into());
@@ -124,8 +124,8 @@ pub fn to_json(rec: &Record) -> Value {
             }
         }
         Body::Async(a) => {
-            d.insert("dev".into(), a.dev.clone().into());
-            d.insert("event".into(), a.event.clone().into());
+            d.insert("dev".into(), a.dev.as_str().into());
+            d.insert("event".into(), a.event.as_str().into());
             match &a.element {
                 AsyncElement::Qp(k) => d.insert("qpn".into(), k.qpn.into()),
                 AsyncElement::Cq(id) => d.insert("cqn".into(), (*id).into()),
@@ -143,13 +143,13 @@ pub fn to_json(rec: &Record) -> Value {
             );
         }
         Body::Cm(c) => {
-            d.insert("dev".into(), c.dev.clone().into());
+            d.insert("dev".into(), c.dev.as_str().into());
             d.insert("qpn".into(), c.qpn.into());
-            d.insert("event".into(), c.event.clone().into());
+            d.insert("event".into(), c.event.as_str().into());
             d.insert("status".into(), c.status.into());
             d.insert("cm_id".into(), c.cm_id.into());
             d.insert("owner_pid".into(), c.owner_pid.into());
-            d.insert("owner_comm".into(), c.owner_comm.clone().into());
+            d.insert("owner_comm".into(), c.owner_comm.as_str().into());
             d.insert("src".into(), c.src.map(|a| a.to_string()).into());
             d.insert("dst".into(), c.dst.map(|a| a.to_string()).into());
         }
@@ -175,7 +175,7 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("rq_psn".into(), r.rq_psn.into());
         }
         Body::QpCounter(c) => {
-            d.insert("dev".into(), c.dev.clone().into());
+            d.insert("dev".into(), c.dev.as_str().into());
             d.insert("port".into(), c.port.into());
             d.insert("counter_id".into(), c.counter_id.into());
             d.insert("qpns".into(), c.qpns.clone().into());
@@ -185,7 +185,7 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("delta".into(), c.delta.into());
         }
         Body::Port(p) => {
-            d.insert("dev".into(), p.dev.clone().into());
+            d.insert("dev".into(), p.dev.as_str().into());
             d.insert("port".into(), p.port.into());
             d.insert("state".into(), p.state.into());
             d.insert("active_mtu".into(), p.active_mtu.into());
@@ -194,7 +194,7 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("netdev_mtu".into(), p.netdev_mtu.into());
         }
         Body::Counter(c) => {
-            d.insert("dev".into(), c.dev.clone().into());
+            d.insert("dev".into(), c.dev.as_str().into());
             d.insert("port".into(), c.port.into());
             d.insert(
                 "source".into(),
@@ -214,15 +214,15 @@ pub fn to_json(rec: &Record) -> Value {
             d.insert("new_state".into(), tcp_state_name(t.tcp.state).into());
         }
         Body::WcError(w) => {
-            d.insert("dev".into(), w.qp.dev.clone().into());
+            d.insert("dev".into(), w.qp.dev.as_str().into());
             d.insert("qpn".into(), w.qp.qpn.into());
             d.insert("cqn".into(), w.cqn.into());
-            d.insert("status".into(), w.status.clone().into());
+            d.insert("status".into(), w.status.as_str().into());
             d.insert("vendor_err".into(), w.vendor_err.into());
             owner(&mut d, w.owner_pid, &w.owner_comm);
         }
         Body::CqNotify(n) => {
-            d.insert("dev".into(), n.dev.clone().into());
+            d.insert("dev".into(), n.dev.as_str().into());
             d.insert("cqn".into(), n.cqn.into());
             d.insert("notifications".into(), n.count.into());
             owner(&mut d, n.owner_pid, &n.owner_comm);

@@ -126,7 +126,7 @@ pub fn text(r: &Report, src: &Source) -> String {
     for a in &r.anomalies {
         let at = match (&a.dev, a.qpn) {
             (Some(d), Some(q)) => format!("{d} {q:#x}"),
-            (Some(d), None) => d.clone(),
+            (Some(d), None) => d.to_string(),
             _ => "-".into(),
         };
         o += &format!(

@@ -194,8 +194,8 @@ pub fn line(rec: &Record) -> String {
         Body::Async(a) => (
             "async",
             match &a.element {
-                AsyncElement::Qp(_) if a.source == "uverbs" => a.event.clone(),
-                AsyncElement::Port(_) if a.source == "ib_core" => a.event.clone(),
+                AsyncElement::Qp(_) if a.source == "uverbs" => a.event.to_string(),
+                AsyncElement::Port(_) if a.source == "ib_core" => a.event.to_string(),
                 AsyncElement::Qp(_) => format!("{} ({})", a.event, a.source),
                 AsyncElement::Cq(id) => format!("{} CQ#{id}", a.event),
                 AsyncElement::Srq(id) => format!("{} SRQ#{id}", a.event),
@@ -203,7 +203,7 @@ pub fn line(rec: &Record) -> String {
             },
         ),
         Body::Cm(c) => {
-            let mut d = c.event.clone();
+            let mut d = c.event.to_string();
             if c.status != 0 {
                 d += &format!(" status {}", c.status);
             }

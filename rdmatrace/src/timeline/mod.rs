@@ -404,7 +404,7 @@ impl TimelineBuilder {
             if a.pid != 0 && !a.comm.is_empty() {
                 let p = h.procs.entry(a.pid).or_default();
                 if p.comm.is_empty() {
-                    p.comm = a.comm.clone();
+                    p.comm = a.comm.to_string();
                 }
             }
             let what = instant(a.kind, "anomaly", args);
