@@ -5,8 +5,9 @@
 use std::{fmt, path::Path};
 
 use super::{
-    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MAX_CHUNK, MIN_VERSION,
-    TAG_EVENT, TAG_LOST, TAG_SYMBOL, VERSION,
+    compact::{Decoder, Order},
+    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MAX_CHUNK, MAX_HEADER,
+    MIN_VERSION, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,8 @@ pub enum ReadError {
     },
     #[error("recording header at offset 16 is not valid JSON: {0}")]
     Header(#[source] serde_json::Error),
+    #[error("compressed recording header at offset 16 is damaged: {0}")]
+    HeaderCompression(String),
 }
 
 /// What went wrong with one chunk.
@@ -88,6 +91,8 @@ impl fmt::Display for ChunkProblem {
 
 pub struct Recording {
     pub header: Header,
+    /// Format version of the file.
+    pub version: u32,
     data: Vec<u8>,
     body: usize,
 }
@@ -135,9 +140,16 @@ impl Recording {
                 have: data.len() - 16,
             });
         }
-        let header = serde_json::from_slice(&data[16..16 + len]).map_err(ReadError::Header)?;
+        let stored = &data[16..16 + len];
+        let header = if version >= 3 {
+            serde_json::from_slice(&header_json(stored)?)
+        } else {
+            serde_json::from_slice(stored)
+        }
+        .map_err(ReadError::Header)?;
         Ok(Recording {
             header,
+            version,
             data,
             body: 16 + len,
         })
@@ -146,6 +158,7 @@ impl Recording {
     /// Calls `f` on every entry of every intact chunk, in file order; returns the problems met.
     pub fn replay(&self, mut f: impl FnMut(Entry<'_>)) -> Vec<ChunkProblem> {
         let mut problems = Vec::new();
+        let mut compact = Decoder::new(Order::from_header(&self.header.endian));
         let d = &self.data;
         let mut at = self.body;
         while at < d.len() {
@@ -224,7 +237,8 @@ impl Recording {
             } else {
                 stored.to_vec()
             };
-            if let Err(why) = entries(&raw, &mut f) {
+            compact.reset();
+            if let Err(why) = entries(&raw, self.version, &mut compact, &mut f) {
                 problems.push(ChunkProblem::BadEntry { offset: at, why });
             }
             at = end;
@@ -233,13 +247,33 @@ impl Recording {
     }
 }
 
+/// A version-3 header: `json_len u32 LE | LZ4 block`.
+fn header_json(stored: &[u8]) -> Result<Vec<u8>, ReadError> {
+    let (len, block) = stored
+        .split_first_chunk::<4>()
+        .ok_or_else(|| ReadError::HeaderCompression("shorter than its length field".into()))?;
+    let len = u32::from_le_bytes(*len);
+    if len > MAX_HEADER {
+        return Err(ReadError::HeaderCompression(format!(
+            "claims {len} bytes of JSON (limit {MAX_HEADER})"
+        )));
+    }
+    lz4_flex::block::decompress(block, len as usize)
+        .map_err(|e| ReadError::HeaderCompression(e.to_string()))
+}
+
 fn find_magic(d: &[u8], from: usize) -> usize {
     d.get(from..)
         .and_then(|rest| rest.windows(4).position(|w| w == CHUNK_MAGIC))
         .map_or(d.len(), |p| from + p)
 }
 
-fn entries(raw: &[u8], f: &mut impl FnMut(Entry<'_>)) -> Result<(), String> {
+fn entries(
+    raw: &[u8],
+    version: u32,
+    compact: &mut Decoder,
+    f: &mut impl FnMut(Entry<'_>),
+) -> Result<(), String> {
     let mut i = 0;
     while i < raw.len() {
         if raw.len() - i < 3 {
@@ -252,10 +286,30 @@ fn entries(raw: &[u8], f: &mut impl FnMut(Entry<'_>)) -> Result<(), String> {
             .ok_or_else(|| format!("entry at payload byte {i} runs past the chunk"))?;
         match tag {
             TAG_EVENT => f(Entry::Event(body)),
+            TAG_EVENT_COMPACT if version >= 3 => {
+                let record = compact
+                    .decode(body)
+                    .map_err(|why| format!("{why} (entry at payload byte {i})"))?;
+                f(Entry::Event(record));
+            }
             TAG_LOST if len == 16 => {
                 let ts_ns = u64::from_le_bytes(body[..8].try_into().unwrap_or_default());
                 let count = u64::from_le_bytes(body[8..].try_into().unwrap_or_default());
-                f(Entry::Lost { ts_ns, count });
+                f(Entry::Lost {
+                    ts_ns,
+                    count,
+                    cpu: None,
+                });
+            }
+            TAG_LOST_CPU if len == 20 && version >= 3 => {
+                let ts_ns = u64::from_le_bytes(body[..8].try_into().unwrap_or_default());
+                let count = u64::from_le_bytes(body[8..16].try_into().unwrap_or_default());
+                let cpu = u32::from_le_bytes(body[16..].try_into().unwrap_or_default());
+                f(Entry::Lost {
+                    ts_ns,
+                    count,
+                    cpu: Some(cpu),
+                });
             }
             TAG_SYMBOL if len >= 12 => {
                 let pid = u32::from_le_bytes(body[..4].try_into().unwrap_or_default());
@@ -266,7 +320,7 @@ fn entries(raw: &[u8], f: &mut impl FnMut(Entry<'_>)) -> Result<(), String> {
             }
             other => {
                 return Err(format!(
-                    "unknown entry tag {other} (len {len}) at payload byte {i}"
+                    "unknown entry tag {other} (len {len}) at payload byte {i} of a version {version} recording"
                 ))
             }
         }

@@ -141,7 +141,15 @@ fn never_touching_rdma_is_tcp_and_a_qp_stuck_in_rtr_is_an_anomaly() {
     ));
     a.push(&rec(3, "app", 20, to(0x12, QpState::Init)));
     a.push(&rec(3, "app", 30, to(0x12, QpState::Rtr)));
-    a.push(&rec(0, "", 30 + STUCK_NS + 1, Body::Lost { count: 0 }));
+    a.push(&rec(
+        0,
+        "",
+        30 + STUCK_NS + 1,
+        Body::Lost {
+            count: 0,
+            cpu: None,
+        },
+    ));
     let r = a.finish();
     assert_eq!(verdict_of(&r, 2), Verdict::Tcp);
     let stuck: Vec<&Anomaly> = r
