@@ -5,7 +5,8 @@
 //! file   := preamble header chunk*
 //! preamble := "RDMATRC\0" (8 bytes) | version u32 LE | header_len u32 LE
 //! header := header_len bytes: JSON (Header): host, kernel, clock anchor, probe report;
-//!           from version 3: json_len u32 LE | LZ4 block of json_len bytes of that JSON
+//!           from version 3: json_len u32 LE | LZ4 block of json_len bytes of that JSON,
+//!           compressed with [`HEADER_DICT`] as dictionary
 //! chunk  := "CHNK" | flags u32 | raw_len u32 | stored_len u32 | entries u32 | crc32 u32
 //!           | stored_len bytes (LZ4 block of raw_len bytes when flags & 1, else raw)
 //! raw    := entry*;  entry := tag u8 | len u16 LE | len bytes
@@ -66,6 +67,10 @@ pub const TAG_EVENT_COMPACT: u8 = 4;
 pub const TAG_LOST_CPU: u8 = 5;
 /// Largest JSON header a version-3 reader decompresses.
 pub const MAX_HEADER: u32 = 1 << 20;
+/// The LZ4 dictionary of version-3 headers: a typical header (a lab recording's probe report)
+/// with the host's values emptied, so a header mostly refers to it. Part of the format:
+/// never edit it (a test pins its checksum); a better one needs a new version.
+pub const HEADER_DICT: &[u8] = include_bytes!("header_dict.json");
 
 /// The JSON header: what a reader needs to interpret the events.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,8 +6,9 @@ use std::{fmt, path::Path};
 
 use super::{
     compact::{Decoder, Order},
-    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MAX_CHUNK, MAX_HEADER,
-    MIN_VERSION, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
+    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MAX_CHUNK,
+    MAX_HEADER, MIN_VERSION, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL,
+    VERSION,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -258,7 +259,7 @@ fn header_json(stored: &[u8]) -> Result<Vec<u8>, ReadError> {
             "claims {len} bytes of JSON (limit {MAX_HEADER})"
         )));
     }
-    lz4_flex::block::decompress(block, len as usize)
+    lz4_flex::block::decompress_with_dict(block, len as usize, HEADER_DICT)
         .map_err(|e| ReadError::HeaderCompression(e.to_string()))
 }
 

@@ -9,8 +9,8 @@ use std::{
 
 use super::{
     compact::{Encoder, Order},
-    Header, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MIN_VERSION, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST,
-    TAG_LOST_CPU, TAG_SYMBOL, VERSION,
+    Header, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MIN_VERSION, TAG_EVENT, TAG_EVENT_COMPACT,
+    TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
 };
 
 /// Flush a chunk once its raw payload reaches this size.
@@ -64,7 +64,7 @@ impl<W: Write> RecordingWriter<W> {
         let json = serde_json::to_vec(header)?;
         let stored = if version >= 3 {
             let mut b = (json.len() as u32).to_le_bytes().to_vec();
-            b.extend_from_slice(&lz4_flex::block::compress(&json));
+            b.extend_from_slice(&lz4_flex::block::compress_with_dict(&json, HEADER_DICT));
             b
         } else {
             json

@@ -320,6 +320,18 @@ fn version_3_tags_in_an_older_file_are_damage() {
 }
 
 #[test]
+fn the_header_dictionary_is_frozen() {
+    // Version-3 files are compressed against it: changing it breaks every one of them.
+    assert_eq!(
+        (
+            crate::recording::HEADER_DICT.len(),
+            crc32fast::hash(crate::recording::HEADER_DICT)
+        ),
+        (2584, 2086934735)
+    );
+}
+
+#[test]
 fn a_damaged_compressed_header_is_a_clear_error() {
     let (mut bytes, _) = sample(1, 1);
     bytes[20] ^= 0xff; // inside the LZ4 block of the header
