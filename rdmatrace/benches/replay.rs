@@ -24,6 +24,12 @@ fn replay(c: &mut Criterion) {
         bytes.len(),
         bytes.len() as f64 / events as f64
     );
+    if let Ok(rec) = Recording::from_bytes(bytes.clone()) {
+        println!(
+            "synthetic recording stream: {} bytes after the header",
+            bytes.len() - rec.body_offset()
+        );
+    }
     let (v2, _) = synthetic::recording_in(JOBS, 2);
     println!(
         "  the same events in format version 2: {} bytes, {:.2} bytes/event",

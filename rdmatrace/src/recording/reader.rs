@@ -156,8 +156,23 @@ impl Recording {
         })
     }
 
+    /// Where the chunks start (preamble and header before).
+    pub fn body_offset(&self) -> usize {
+        self.body
+    }
+
     /// Calls `f` on every entry of every intact chunk, in file order; returns the problems met.
     pub fn replay(&self, mut f: impl FnMut(Entry<'_>)) -> Vec<ChunkProblem> {
+        self.replay_chunks(|e| {
+            if let Some(e) = e {
+                f(e);
+            }
+        })
+    }
+
+    /// [`replay`](Self::replay) that also calls `f(None)` at the end of every chunk whose
+    /// entries all replayed (re-encoding a file chunk for chunk).
+    pub fn replay_chunks(&self, mut f: impl FnMut(Option<Entry<'_>>)) -> Vec<ChunkProblem> {
         let mut problems = Vec::new();
         let mut compact = Decoder::new(Order::from_header(&self.header.endian));
         let d = &self.data;
@@ -239,8 +254,10 @@ impl Recording {
                 stored.to_vec()
             };
             compact.reset();
-            if let Err(why) = entries(&raw, self.version, &mut compact, &mut f) {
-                problems.push(ChunkProblem::BadEntry { offset: at, why });
+            let parsed = entries(&raw, self.version, &mut compact, &mut |e| f(Some(e)));
+            match parsed {
+                Ok(()) => f(None),
+                Err(why) => problems.push(ChunkProblem::BadEntry { offset: at, why }),
             }
             at = end;
         }

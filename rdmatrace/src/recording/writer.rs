@@ -183,7 +183,8 @@ impl<W: Write> RecordingWriter<W> {
 }
 
 /// Writes every intact entry of `rec` again, in format `version` (re-encoding an old file,
-/// size comparisons, round-trip tests): same header and entries, chunks cut by the writer.
+/// size comparisons, round-trip tests): same header, entries and chunk boundaries (a chunk
+/// is cut earlier only where the writer's size limit says so).
 /// Hands back the output, its size and the damage met in `rec`.
 pub fn rewrite<W: Write>(
     rec: &super::reader::Recording,
@@ -192,14 +193,15 @@ pub fn rewrite<W: Write>(
 ) -> io::Result<(W, u64, Vec<super::reader::ChunkProblem>)> {
     let mut w = RecordingWriter::with_version(out, &rec.header, version)?;
     let mut error = None;
-    let problems = rec.replay(|e| {
+    let problems = rec.replay_chunks(|e| {
         if error.is_some() {
             return;
         }
         let r = match e {
-            super::Entry::Event(b) => w.event(b),
-            super::Entry::Lost { ts_ns, count, cpu } => w.lost(ts_ns, cpu, count),
-            super::Entry::Symbol { pid, addr, name } => w.symbol(pid, addr, name),
+            None => w.flush_chunk(),
+            Some(super::Entry::Event(b)) => w.event(b),
+            Some(super::Entry::Lost { ts_ns, count, cpu }) => w.lost(ts_ns, cpu, count),
+            Some(super::Entry::Symbol { pid, addr, name }) => w.symbol(pid, addr, name),
         };
         if let Err(e) = r {
             error = Some(e);

@@ -242,10 +242,11 @@ pub fn line(rec: &Record) -> String {
 }
 
 /// `rxe retransmit_timer`, `tcp 192.0.2.1:5001->192.0.2.2:80`.
-/// `N events dropped on CPU C (ring buffer full)`; without the CPU when it is not known.
+/// What a `LOST` line says; with the CPU when known, kept as short as the line without it
+/// (the details column is cut at 80 columns).
 pub fn lost_details(count: u64, cpu: Option<u32>) -> String {
     match cpu {
-        Some(cpu) => format!("{count} events dropped on CPU {cpu} (ring buffer full)"),
+        Some(cpu) => format!("{count} lost on CPU {cpu} (ring buffer full)"),
         None => format!("{count} events dropped (ring buffer full)"),
     }
 }

@@ -519,3 +519,28 @@ fn ports_going_down_and_devices_going_away_are_anomalies() {
         "a port first seen DOWN is not news; one that leaves ACTIVE is"
     );
 }
+
+#[test]
+fn losses_are_totalled_per_cpu_when_the_cpu_is_known() {
+    let mut a = Analyzer::new();
+    let lost = |count, cpu| Body::Lost { count, cpu };
+    a.push(&rec(0, "", 10, lost(3, Some(1))));
+    a.push(&rec(0, "", 20, lost(4, Some(0))));
+    a.push(&rec(0, "", 30, lost(5, Some(1))));
+    a.push(&rec(0, "", 40, lost(2, None)));
+    let r = a.finish();
+    assert_eq!(r.lost, 14);
+    assert_eq!(r.lost_per_cpu, BTreeMap::from([(0, 4), (1, 8)]));
+    let said: Vec<&str> = r
+        .anomalies
+        .iter()
+        .filter(|x| x.kind == "lost_events")
+        .map(|x| x.detail.as_str())
+        .collect();
+    assert_eq!(said.len(), 4);
+    assert!(
+        said[0].contains("3 events dropped") && said[0].contains("on CPU 1"),
+        "{said:?}"
+    );
+    assert!(!said[3].contains("CPU"), "{said:?}");
+}

@@ -54,6 +54,16 @@ fn round_trip_keeps_every_entry_in_order() {
     assert_eq!(firsts, (0..30).collect::<Vec<u8>>());
     assert_eq!(lost, 9);
     assert!(problems.is_empty(), "{problems:?}");
+    // Chunk ends are seen where the writer cut: after each 10 events and their loss.
+    let mut shape = String::new();
+    rec.replay_chunks(|e| {
+        shape.push(match e {
+            Some(Entry::Event(_)) => 'e',
+            Some(_) => 'l',
+            None => '|',
+        })
+    });
+    assert_eq!(shape, format!("{0}l|{0}l|{0}l|", "e".repeat(10)));
 }
 
 #[test]
