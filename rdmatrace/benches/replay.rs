@@ -24,6 +24,18 @@ fn replay(c: &mut Criterion) {
         bytes.len(),
         bytes.len() as f64 / events as f64
     );
+    if let Ok(rec) = Recording::from_bytes(bytes.clone()) {
+        println!(
+            "synthetic recording stream: {} bytes after the header",
+            bytes.len() - rec.body_offset()
+        );
+    }
+    let (v2, _) = synthetic::recording_in(JOBS, 2);
+    println!(
+        "  the same events in format version 2: {} bytes, {:.2} bytes/event",
+        v2.len(),
+        v2.len() as f64 / events as f64
+    );
     let replay = match Replay::from_bytes(bytes.clone()) {
         Ok(r) => r,
         Err(e) => panic!("the synthetic recording does not open: {e:#}"),

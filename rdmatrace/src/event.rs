@@ -659,9 +659,11 @@ pub enum Body {
     Port(PortInfo),
     VerbsCall(VerbsCall),
     CpuSample(CpuSample),
-    /// Events the kernel could not deliver (ring buffer full) since the previous report.
+    /// Events the kernel could not deliver (ring buffer full) since the previous report, on
+    /// `cpu` when known (recordings before version 3 stored totals over all CPUs).
     Lost {
         count: u64,
+        cpu: Option<u32>,
     },
 }
 
@@ -714,16 +716,22 @@ impl Body {
 }
 
 impl Record {
-    /// A report of `count` events the kernel dropped, at monotonic time `ts_ns`.
-    pub fn lost(count: u64, ts_ns: u64, anchor: &crate::clock::ClockAnchor) -> Record {
+    /// A report of `count` events the kernel dropped (on `cpu` when known), at monotonic time
+    /// `ts_ns`.
+    pub fn lost(
+        count: u64,
+        cpu: Option<u32>,
+        ts_ns: u64,
+        anchor: &crate::clock::ClockAnchor,
+    ) -> Record {
         Record {
             ts_ns,
             wall_ns: anchor.wall_ns(ts_ns),
-            cpu: 0,
+            cpu: cpu.unwrap_or(0),
             pid: 0,
             tid: 0,
             comm: CompactString::const_new(""),
-            body: Body::Lost { count },
+            body: Body::Lost { count, cpu },
         }
     }
 

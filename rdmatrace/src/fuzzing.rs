@@ -7,7 +7,7 @@ use crate::{
     correlate::Correlator,
     decode::decode,
     event::Record,
-    recording::{Header, CHUNK_MAGIC, FLAG_LZ4, MAGIC, VERSION},
+    recording::{writer::RecordingWriter, Header, CHUNK_MAGIC, FLAG_LZ4},
     sinks::{jsonl::to_json, text::line},
 };
 
@@ -50,7 +50,8 @@ pub fn chunk(data: &[u8]) -> usize {
     recording(&file_with_chunk(flags, raw_len, stored))
 }
 
-/// A file: preamble, a minimal header, one chunk of `stored` bytes with a correct CRC.
+/// A file of the current version: preamble, a minimal header, one chunk of `stored` bytes
+/// with a correct CRC.
 pub fn file_with_chunk(flags: u32, raw_len: u32, stored: &[u8]) -> Vec<u8> {
     let header = Header {
         tool: "fuzz".into(),
@@ -61,12 +62,11 @@ pub fn file_with_chunk(flags: u32, raw_len: u32, stored: &[u8]) -> Vec<u8> {
         probes: Vec::new(),
         command: None,
     };
-    let json = serde_json::to_vec(&header).unwrap_or_default();
-    let mut f = Vec::with_capacity(64 + json.len() + stored.len());
-    f.extend_from_slice(MAGIC);
-    f.extend_from_slice(&VERSION.to_le_bytes());
-    f.extend_from_slice(&(json.len() as u32).to_le_bytes());
-    f.extend_from_slice(&json);
+    // The preamble and header as the writer makes them (current version, compressed header).
+    let mut f = RecordingWriter::new(Vec::new(), &header)
+        .and_then(RecordingWriter::finish)
+        .map(|(bytes, _)| bytes)
+        .unwrap_or_default();
     f.extend_from_slice(CHUNK_MAGIC);
     f.extend_from_slice(&flags.to_le_bytes());
     f.extend_from_slice(&raw_len.to_le_bytes());

@@ -76,11 +76,11 @@ impl Pipeline {
         }
     }
 
-    /// Reports `count` lost events at monotonic time `ts_ns`.
-    pub fn lost(&mut self, count: u64, ts_ns: u64) {
+    /// Reports `count` lost events (on `cpu` when known) at monotonic time `ts_ns`.
+    pub fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64) {
         if count == 0 {
             return;
         }
-        self.push(Record::lost(count, ts_ns, &self.anchor));
+        self.push(Record::lost(count, cpu, ts_ns, &self.anchor));
     }
 }

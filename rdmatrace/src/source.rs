@@ -23,7 +23,8 @@ pub enum SourceError {
 pub struct RingSource {
     ring: AsyncFd<RingBuf<MapData>>,
     lost: PerCpuArray<MapData, u64>,
-    lost_reported: u64,
+    /// Per CPU, what [`lost_since_last`](Self::lost_since_last) has already handed out.
+    lost_reported: Vec<u64>,
 }
 
 impl RingSource {
@@ -52,7 +53,7 @@ impl RingSource {
         Ok(RingSource {
             ring,
             lost,
-            lost_reported: 0,
+            lost_reported: Vec::new(),
         })
     }
 
@@ -75,7 +76,7 @@ impl RingSource {
         self.lost
             .get(&0, 0)
             .map(|per_cpu| per_cpu.iter().sum())
-            .unwrap_or(self.lost_reported)
+            .unwrap_or_else(|_| self.lost_reported.iter().sum())
     }
 
     /// Events lost so far on each CPU (index = CPU), as the kernel counted them; empty when the
@@ -87,13 +88,27 @@ impl RingSource {
             .unwrap_or_default()
     }
 
-    /// Events lost since the previous call (0 when none).
-    pub fn lost_since_last(&mut self) -> u64 {
-        let total = self.lost_total();
-        let new = total.saturating_sub(self.lost_reported);
-        self.lost_reported = total;
-        new
+    /// Events lost since the previous call, as (CPU, count) for each CPU that lost some
+    /// (empty when none, or when the counters cannot be read this time).
+    pub fn lost_since_last(&mut self) -> Vec<(Option<u32>, u64)> {
+        let now = self.lost_per_cpu();
+        new_losses(&mut self.lost_reported, &now)
     }
+}
+
+/// What `now` (per-CPU totals) adds to `reported`, which it then becomes.
+fn new_losses(reported: &mut Vec<u64>, now: &[u64]) -> Vec<(Option<u32>, u64)> {
+    if reported.len() < now.len() {
+        reported.resize(now.len(), 0);
+    }
+    let mut out = Vec::new();
+    for (cpu, (&n, seen)) in now.iter().zip(reported.iter_mut()).enumerate() {
+        if n > *seen {
+            out.push((u32::try_from(cpu).ok(), n - *seen));
+        }
+        *seen = n;
+    }
+    out
 }
 
 fn drain(ring: &mut RingBuf<MapData>, f: &mut impl FnMut(&[u8])) -> usize {
@@ -103,4 +118,19 @@ fn drain(ring: &mut RingBuf<MapData>, f: &mut impl FnMut(&[u8])) -> usize {
         n += 1;
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn new_losses_are_per_cpu_deltas() {
+        let mut reported = Vec::new();
+        assert_eq!(super::new_losses(&mut reported, &[0, 0]), []);
+        assert_eq!(
+            super::new_losses(&mut reported, &[3, 0, 5]),
+            [(Some(0), 3), (Some(2), 5)]
+        );
+        assert_eq!(super::new_losses(&mut reported, &[3, 1, 5]), [(Some(1), 1)]);
+        assert_eq!(super::new_losses(&mut reported, &[3, 1, 5]), []);
+    }
 }

@@ -179,7 +179,8 @@ fn a_full_ring_buffer_is_counted_shown_live_recorded_and_explained() {
         done.stderr
     );
     let events = replay_clean(&file);
-    let recorded: u64 = select(&events, "lost", &[])
+    let lost_lines = select(&events, "lost", &[]);
+    let recorded: u64 = lost_lines
         .iter()
         .filter_map(|e| e["data"]["count"].as_u64())
         .sum();
@@ -187,6 +188,19 @@ fn a_full_ring_buffer_is_counted_shown_live_recorded_and_explained() {
         recorded, lost,
         "the recording stores every loss the kernel counted"
     );
+    // Per CPU: each stored loss names its CPU, and they add up to the exit message's split.
+    for l in &lost_lines {
+        let cpu = l["data"]["cpu"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no cpu: {l}"));
+        let n = l["data"]["count"].as_u64().unwrap_or(0);
+        assert!(n > 0, "{l}");
+        assert!(
+            done.stderr.contains(&format!("cpu{cpu} ")),
+            "cpu {cpu} is in the exit message too: {}",
+            done.stderr
+        );
+    }
 
     // Live: the same loss appears in the output stream.
     let tracer = start(
@@ -199,10 +213,16 @@ fn a_full_ring_buffer_is_counted_shown_live_recorded_and_explained() {
     sleep(Duration::from_millis(2500));
     let done = tracer.stop();
     assert!(done.status.success(), "{}", done.stderr);
-    let live: u64 = select(&done.events(), "lost", &[])
+    let live_events = done.events();
+    let live_lines = select(&live_events, "lost", &[]);
+    let live: u64 = live_lines
         .iter()
         .filter_map(|e| e["data"]["count"].as_u64())
         .sum();
+    assert!(
+        live_lines.iter().all(|l| l["data"]["cpu"].is_u64()),
+        "live lost lines name their CPU: {live_lines:?}"
+    );
     assert!(live > 0, "live output shows the loss: {}", done.stderr);
     assert!(done.stderr.contains("--ringbuf-size"), "{}", done.stderr);
 }

@@ -64,6 +64,20 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
                 "rdmatrace-workloads",
             ]),
     )?;
+    // Re-encodes the committed fixtures in the current format (recording size).
+    cmd::run(
+        Command::new("cargo")
+            .current_dir(cmd::repo_root())
+            .env("PATH", cmd::path_with_cargo_bin())
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "rdmatrace",
+                "--example",
+                "rewrite",
+            ]),
+    )?;
     let machine = report::Machine::here();
     eprintln!("\n== bench 1/3: replay throughput (criterion)");
     let replay = replay::run()?;
@@ -117,6 +131,19 @@ pub fn count_records(file: &std::path::Path, filter: &str) -> anyhow::Result<u64
         .lines()
         .filter(|l| l.contains(filter))
         .count() as u64)
+}
+
+/// (format version, preamble + header bytes) of a recording file.
+pub fn recording_layout(file: &std::path::Path) -> anyhow::Result<(u32, u64)> {
+    let mut pre = [0u8; 16];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open(file)
+            .with_context(|| format!("cannot open {}", file.display()))?,
+        &mut pre,
+    )
+    .with_context(|| format!("{} has no recording preamble", file.display()))?;
+    let word = |at: usize| u32::from_le_bytes([pre[at], pre[at + 1], pre[at + 2], pre[at + 3]]);
+    Ok((word(8), 16 + u64::from(word(12))))
 }
 
 /// Median of `v` (mean of the middle two for an even count); `None` when empty.

@@ -213,6 +213,11 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
 
 /// A recording of `jobs` jobs (about 230 events each) and its event count.
 pub fn recording(jobs: u32) -> (Vec<u8>, u64) {
+    recording_in(jobs, rdmatrace::recording::VERSION)
+}
+
+/// The same recording in format `version` (size comparisons).
+pub fn recording_in(jobs: u32, version: u32) -> (Vec<u8>, u64) {
     let header = Header {
         tool: "rdmatrace bench".into(),
         hostname: "bench".into(),
@@ -222,7 +227,7 @@ pub fn recording(jobs: u32) -> (Vec<u8>, u64) {
         probes: Vec::new(),
         command: None,
     };
-    let w = match RecordingWriter::new(Vec::new(), &header) {
+    let w = match RecordingWriter::with_version(Vec::new(), &header, version) {
         Ok(w) => w,
         Err(e) => panic!("writing to memory failed: {e}"),
     };

@@ -15,8 +15,9 @@ use crate::{clock::monotonic_ns, sample::Sampler, source::RingSource};
 pub trait Consumer {
     /// One raw ring-buffer record.
     fn raw(&mut self, bytes: &[u8]);
-    /// `count` events were dropped by the kernel (reported at most once per tick).
-    fn lost(&mut self, count: u64, ts_ns: u64);
+    /// `count` events were dropped by the kernel on `cpu` (`None`: the per-CPU counters could
+    /// not be read; reported at most once per tick and CPU).
+    fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64);
     /// Once a second.
     fn tick(&mut self) {}
     /// Whether the consumer cannot go on (e.g. its output is closed).
@@ -66,7 +67,9 @@ pub async fn run(
             Wake::End(end) => break end,
             Wake::Tick => {
                 let now = monotonic_ns();
-                consumer.lost(source.lost_since_last(), now);
+                for (cpu, count) in source.lost_since_last() {
+                    consumer.lost(count, cpu, now);
+                }
                 if let Some(s) = sampler.as_mut() {
                     for sample in s.poll(now) {
                         consumer.raw(&sample);
@@ -88,7 +91,9 @@ pub async fn run(
     // Whatever is still in the ring buffer, and the last samples, belong to the trace.
     source.drain_now(&mut |b| consumer.raw(b));
     let now = monotonic_ns();
-    consumer.lost(source.lost_since_last(), now);
+    for (cpu, count) in source.lost_since_last() {
+        consumer.lost(count, cpu, now);
+    }
     if let Some(s) = sampler {
         for sample in s.poll(now) {
             consumer.raw(&sample);

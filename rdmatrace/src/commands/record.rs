@@ -73,14 +73,15 @@ impl Consumer for Recorder {
         self.check(r);
     }
     /// Stored in the recording and said on stderr as it happens (at most once a second).
-    fn lost(&mut self, count: u64, ts_ns: u64) {
+    fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64) {
         if count > 0 {
+            let on = cpu.map_or(String::new(), |c| format!(" (CPU {c})"));
             eprintln!(
-                "rdmatrace: {count} events lost: the ring buffer was full; \
+                "rdmatrace: {count} events lost: the ring buffer was full{on}; \
                  consider a larger ring buffer (--ringbuf-size)"
             );
         }
-        let r = self.writer.lost(ts_ns, count);
+        let r = self.writer.lost(ts_ns, cpu, count);
         self.check(r);
     }
     /// At most a second of events is only in memory: a kill -9 loses no more.

@@ -78,7 +78,7 @@ impl Replay {
                         return;
                     }
                 },
-                Entry::Lost { ts_ns, count } => Record::lost(count, ts_ns, &anchor),
+                Entry::Lost { ts_ns, count, cpu } => Record::lost(count, cpu, ts_ns, &anchor),
                 Entry::Symbol { pid, addr, name } => {
                     symbols.insert(pid, addr, name);
                     return;

@@ -86,9 +86,9 @@ impl Consumer for Screen {
             }
         }
     }
-    fn lost(&mut self, count: u64, ts_ns: u64) {
+    fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64) {
         if count > 0 {
-            let r = Record::lost(count, ts_ns, &self.anchor);
+            let r = Record::lost(count, cpu, ts_ns, &self.anchor);
             self.analyzer.push(&r);
         }
     }

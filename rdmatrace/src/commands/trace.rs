@@ -35,8 +35,8 @@ impl Consumer for Pipeline {
     fn raw(&mut self, bytes: &[u8]) {
         self.push_raw(bytes);
     }
-    fn lost(&mut self, count: u64, ts_ns: u64) {
-        Pipeline::lost(self, count, ts_ns);
+    fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64) {
+        Pipeline::lost(self, count, cpu, ts_ns);
     }
     fn broken(&self) -> bool {
         self.write_error.is_some()
@@ -105,7 +105,7 @@ fn replay(cfg: &TraceConfig, path: &Path) -> anyhow::Result<ExitCode> {
     pipeline.sink.start().context("cannot write output")?;
     let problems = rec.replay(|entry| match entry {
         Entry::Event(bytes) => pipeline.push_raw(bytes),
-        Entry::Lost { ts_ns, count } => pipeline.lost(count, ts_ns),
+        Entry::Lost { ts_ns, count, cpu } => pipeline.lost(count, cpu, ts_ns),
         Entry::Symbol { pid, addr, name } => pipeline.symbols.insert(pid, addr, name),
     });
     finish(&mut pipeline)?;

@@ -46,9 +46,9 @@ impl Consumer for Watch {
             self.analyzer.push(&r);
         }
     }
-    fn lost(&mut self, count: u64, ts_ns: u64) {
+    fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64) {
         if count > 0 {
-            let mut r = Record::lost(count, ts_ns, &self.anchor);
+            let mut r = Record::lost(count, cpu, ts_ns, &self.anchor);
             self.correlator.observe(&mut r);
             self.analyzer.push(&r);
         }

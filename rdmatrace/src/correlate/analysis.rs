@@ -145,6 +145,8 @@ pub struct Report {
     pub last_wall_ns: u64,
     pub events: u64,
     pub lost: u64,
+    /// The lost events whose CPU is known (recordings from version 3, live runs), per CPU.
+    pub lost_per_cpu: BTreeMap<u32, u64>,
     pub processes: Vec<ProcReport>,
     pub qps: Vec<QpLife>,
     pub blame: Vec<BlameRow>,
@@ -179,6 +181,7 @@ pub struct Analyzer {
     last_ts_ns: u64,
     events: u64,
     lost: u64,
+    lost_per_cpu: BTreeMap<u32, u64>,
 }
 
 /// Counters that count retransmission-related trouble (rxe and mlx5 names).
@@ -621,12 +624,19 @@ impl Analyzer {
                     );
                 }
             }
-            Body::Lost { count } => {
+            Body::Lost { count, cpu } => {
                 self.lost += count;
+                let on = match cpu {
+                    Some(cpu) => {
+                        *self.lost_per_cpu.entry(*cpu).or_default() += count;
+                        format!(" on CPU {cpu}")
+                    }
+                    None => String::new(),
+                };
                 self.anomaly(
                     rec,
                     "lost_events",
-                    format!("{count} events dropped by the kernel (ring buffer full)"),
+                    format!("{count} events dropped by the kernel{on} (ring buffer full)"),
                 );
             }
             _ => {}
@@ -885,6 +895,7 @@ impl Analyzer {
             last_wall_ns: self.last_wall_ns,
             events: self.events,
             lost: self.lost,
+            lost_per_cpu: self.lost_per_cpu,
             processes,
             qps: self.qps,
             blame,

@@ -179,7 +179,15 @@ fn filters_by_device_qpn_comm_and_never_hide_loss() {
         }
     )));
     assert!(!f.matches(&rec(1, "a", 1, Body::ProcessExec { ppid: 1 })));
-    assert!(f.matches(&rec(0, "", 1, Body::Lost { count: 3 })));
+    assert!(f.matches(&rec(
+        0,
+        "",
+        1,
+        Body::Lost {
+            count: 3,
+            cpu: None
+        }
+    )));
     let f = Filter {
         comm: Some("b".into()),
         pid: Some(2),

@@ -1,10 +1,12 @@
-//! The recording file format (`.rdmt`), version 2 (version 1 files still read). Written by `rdmatrace record`, read by
-//! `trace --input`, `report`, ... without privileges.
+//! The recording file format (`.rdmt`), version 3 (versions 1 and 2 still read). Written by
+//! `rdmatrace record`, read by `trace --input`, `report`, ... without privileges.
 //!
 //! ```text
 //! file   := preamble header chunk*
 //! preamble := "RDMATRC\0" (8 bytes) | version u32 LE | header_len u32 LE
-//! header := header_len bytes of JSON (Header): host, kernel, clock anchor, probe report
+//! header := header_len bytes: JSON (Header): host, kernel, clock anchor, probe report;
+//!           from version 3: json_len u32 LE | LZ4 block of json_len bytes of that JSON,
+//!           compressed with [`HEADER_DICT`] as dictionary
 //! chunk  := "CHNK" | flags u32 | raw_len u32 | stored_len u32 | entries u32 | crc32 u32
 //!           | stored_len bytes (LZ4 block of raw_len bytes when flags & 1, else raw)
 //! raw    := entry*;  entry := tag u8 | len u16 LE | len bytes
@@ -16,17 +18,38 @@
 //! A symbol entry comes before the first event that needs it, and a later one for the same
 //! (pid, addr) replaces it (the process exec'd another program).
 //!
+//! Version 3 adds two tags (a version 1 or 2 file holding them is damaged):
+//! - [`TAG_EVENT_COMPACT`]: a ring-buffer record whose 40-byte `EventHeader` is stored as a
+//!   delta, and whose trailing zero bytes are cut. Integers are LEB128 varints (`v`), `z` is a
+//!   zigzag varint:
+//!   ```text
+//!   kind v | cpu v | ts_ns - previous ts_ns z | task v
+//!     [ | pid v | tid v | comm_len u8 | comm_len bytes ]   when task is a new task
+//!   | zeros v | body
+//!   ```
+//!   The record is the `EventHeader` (in the header's byte order: `Header::endian`) followed by
+//!   `body` and `zeros` zero bytes: exactly the bytes the probe wrote. `task` indexes the
+//!   chunk's task table, the (pid, tid, comm) triples in order of first appearance; `task` equal
+//!   to the table's length is a new task, spelled out after it (`comm` without its NUL padding)
+//!   and appended. A record shorter than an `EventHeader` is stored as [`TAG_EVENT`].
+//! - [`TAG_LOST_CPU`]: `ts_ns u64 | count u64 | cpu u32` (little endian): events the kernel
+//!   dropped on one CPU (the ring buffer's loss counter is per CPU).
+//!
+//! Every chunk starts from a clean state (previous `ts_ns` 0, empty task table), so chunks
+//! stay independently decodable.
+//!
 //! A chunk is written with one `write` once complete, so a recorder killed with -9 leaves a
 //! file whose complete chunks all replay; the reader reports an incomplete tail and resyncs on
 //! the next chunk magic after a corrupt chunk, so one bad chunk loses only itself.
 
+mod compact;
 pub mod reader;
 pub mod writer;
 
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &[u8; 8] = b"RDMATRC\0";
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Oldest version this reader still reads (1: no symbol entries).
 pub const MIN_VERSION: u32 = 1;
 pub const CHUNK_MAGIC: &[u8; 4] = b"CHNK";
@@ -38,6 +61,16 @@ pub const MAX_CHUNK: u32 = 16 << 20;
 pub const TAG_EVENT: u8 = 1;
 pub const TAG_LOST: u8 = 2;
 pub const TAG_SYMBOL: u8 = 3;
+/// Version 3: an event with a delta-coded header and its trailing zeros cut.
+pub const TAG_EVENT_COMPACT: u8 = 4;
+/// Version 3: events lost on one CPU.
+pub const TAG_LOST_CPU: u8 = 5;
+/// Largest JSON header a version-3 reader decompresses.
+pub const MAX_HEADER: u32 = 1 << 20;
+/// The LZ4 dictionary of version-3 headers: a typical header (a lab recording's probe report)
+/// with the host's values emptied, so a header mostly refers to it. Part of the format:
+/// never edit it (a test pins its checksum); a better one needs a new version.
+pub const HEADER_DICT: &[u8] = include_bytes!("header_dict.json");
 
 /// The JSON header: what a reader needs to interpret the events.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,9 +92,12 @@ pub struct Header {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Entry<'a> {
     Event(&'a [u8]),
+    /// `count` events the kernel dropped, on `cpu` when known (version 3; before, per-second
+    /// totals over all CPUs).
     Lost {
         ts_ns: u64,
         count: u64,
+        cpu: Option<u32>,
     },
     /// Address `addr` of process `pid` (0: the kernel) is `name`.
     Symbol {

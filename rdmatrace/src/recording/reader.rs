@@ -5,8 +5,10 @@
 use std::{fmt, path::Path};
 
 use super::{
-    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MAX_CHUNK, MIN_VERSION,
-    TAG_EVENT, TAG_LOST, TAG_SYMBOL, VERSION,
+    compact::{Decoder, Order},
+    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MAX_CHUNK,
+    MAX_HEADER, MIN_VERSION, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL,
+    VERSION,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +33,8 @@ pub enum ReadError {
     },
     #[error("recording header at offset 16 is not valid JSON: {0}")]
     Header(#[source] serde_json::Error),
+    #[error("compressed recording header at offset 16 is damaged: {0}")]
+    HeaderCompression(String),
 }
 
 /// What went wrong with one chunk.
@@ -88,6 +92,8 @@ impl fmt::Display for ChunkProblem {
 
 pub struct Recording {
     pub header: Header,
+    /// Format version of the file.
+    pub version: u32,
     data: Vec<u8>,
     body: usize,
 }
@@ -135,17 +141,40 @@ impl Recording {
                 have: data.len() - 16,
             });
         }
-        let header = serde_json::from_slice(&data[16..16 + len]).map_err(ReadError::Header)?;
+        let stored = &data[16..16 + len];
+        let header = if version >= 3 {
+            serde_json::from_slice(&header_json(stored)?)
+        } else {
+            serde_json::from_slice(stored)
+        }
+        .map_err(ReadError::Header)?;
         Ok(Recording {
             header,
+            version,
             data,
             body: 16 + len,
         })
     }
 
+    /// Where the chunks start (preamble and header before).
+    pub fn body_offset(&self) -> usize {
+        self.body
+    }
+
     /// Calls `f` on every entry of every intact chunk, in file order; returns the problems met.
     pub fn replay(&self, mut f: impl FnMut(Entry<'_>)) -> Vec<ChunkProblem> {
+        self.replay_chunks(|e| {
+            if let Some(e) = e {
+                f(e);
+            }
+        })
+    }
+
+    /// [`replay`](Self::replay) that also calls `f(None)` at the end of every chunk whose
+    /// entries all replayed (re-encoding a file chunk for chunk).
+    pub fn replay_chunks(&self, mut f: impl FnMut(Option<Entry<'_>>)) -> Vec<ChunkProblem> {
         let mut problems = Vec::new();
+        let mut compact = Decoder::new(Order::from_header(&self.header.endian));
         let d = &self.data;
         let mut at = self.body;
         // One decompression buffer for the whole file: a fresh one per chunk costs an
@@ -231,13 +260,31 @@ impl Recording {
             } else {
                 stored
             };
-            if let Err(why) = entries(raw, &mut f) {
-                problems.push(ChunkProblem::BadEntry { offset: at, why });
+            compact.reset();
+            let parsed = entries(raw, self.version, &mut compact, &mut |e| f(Some(e)));
+            match parsed {
+                Ok(()) => f(None),
+                Err(why) => problems.push(ChunkProblem::BadEntry { offset: at, why }),
             }
             at = end;
         }
         problems
     }
+}
+
+/// A version-3 header: `json_len u32 LE | LZ4 block`.
+fn header_json(stored: &[u8]) -> Result<Vec<u8>, ReadError> {
+    let (len, block) = stored
+        .split_first_chunk::<4>()
+        .ok_or_else(|| ReadError::HeaderCompression("shorter than its length field".into()))?;
+    let len = u32::from_le_bytes(*len);
+    if len > MAX_HEADER {
+        return Err(ReadError::HeaderCompression(format!(
+            "claims {len} bytes of JSON (limit {MAX_HEADER})"
+        )));
+    }
+    lz4_flex::block::decompress_with_dict(block, len as usize, HEADER_DICT)
+        .map_err(|e| ReadError::HeaderCompression(e.to_string()))
 }
 
 fn find_magic(d: &[u8], from: usize) -> usize {
@@ -246,7 +293,12 @@ fn find_magic(d: &[u8], from: usize) -> usize {
         .map_or(d.len(), |p| from + p)
 }
 
-fn entries(raw: &[u8], f: &mut impl FnMut(Entry<'_>)) -> Result<(), String> {
+fn entries(
+    raw: &[u8],
+    version: u32,
+    compact: &mut Decoder,
+    f: &mut impl FnMut(Entry<'_>),
+) -> Result<(), String> {
     let mut i = 0;
     while i < raw.len() {
         if raw.len() - i < 3 {
@@ -259,10 +311,30 @@ fn entries(raw: &[u8], f: &mut impl FnMut(Entry<'_>)) -> Result<(), String> {
             .ok_or_else(|| format!("entry at payload byte {i} runs past the chunk"))?;
         match tag {
             TAG_EVENT => f(Entry::Event(body)),
+            TAG_EVENT_COMPACT if version >= 3 => {
+                let record = compact
+                    .decode(body)
+                    .map_err(|why| format!("{why} (entry at payload byte {i})"))?;
+                f(Entry::Event(record));
+            }
             TAG_LOST if len == 16 => {
                 let ts_ns = u64::from_le_bytes(body[..8].try_into().unwrap_or_default());
                 let count = u64::from_le_bytes(body[8..].try_into().unwrap_or_default());
-                f(Entry::Lost { ts_ns, count });
+                f(Entry::Lost {
+                    ts_ns,
+                    count,
+                    cpu: None,
+                });
+            }
+            TAG_LOST_CPU if len == 20 && version >= 3 => {
+                let ts_ns = u64::from_le_bytes(body[..8].try_into().unwrap_or_default());
+                let count = u64::from_le_bytes(body[8..16].try_into().unwrap_or_default());
+                let cpu = u32::from_le_bytes(body[16..].try_into().unwrap_or_default());
+                f(Entry::Lost {
+                    ts_ns,
+                    count,
+                    cpu: Some(cpu),
+                });
             }
             TAG_SYMBOL if len >= 12 => {
                 let pid = u32::from_le_bytes(body[..4].try_into().unwrap_or_default());
@@ -273,7 +345,7 @@ fn entries(raw: &[u8], f: &mut impl FnMut(Entry<'_>)) -> Result<(), String> {
             }
             other => {
                 return Err(format!(
-                    "unknown entry tag {other} (len {len}) at payload byte {i}"
+                    "unknown entry tag {other} (len {len}) at payload byte {i} of a version {version} recording"
                 ))
             }
         }

@@ -7,15 +7,23 @@ use std::{
     path::Path,
 };
 
-use super::{Header, CHUNK_MAGIC, FLAG_LZ4, MAGIC, TAG_EVENT, TAG_LOST, TAG_SYMBOL, VERSION};
+use super::{
+    compact::{Encoder, Order},
+    Header, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MIN_VERSION, TAG_EVENT, TAG_EVENT_COMPACT,
+    TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
+};
 
 /// Flush a chunk once its raw payload reaches this size.
 const CHUNK_TARGET: usize = 256 << 10;
 
 pub struct RecordingWriter<W: Write> {
     out: W,
+    version: u32,
     raw: Vec<u8>,
     entries: u32,
+    /// Version 3: the compact event state of the current chunk.
+    compact: Encoder,
+    scratch: Vec<u8>,
     pub events: u64,
     pub lost: u64,
     pub bytes_written: u64,
@@ -35,19 +43,46 @@ impl RecordingWriter<File> {
 }
 
 impl<W: Write> RecordingWriter<W> {
-    pub fn new(mut out: W, header: &Header) -> io::Result<RecordingWriter<W>> {
+    pub fn new(out: W, header: &Header) -> io::Result<RecordingWriter<W>> {
+        RecordingWriter::with_version(out, header, VERSION)
+    }
+
+    /// A writer of an older format `version` (tests, size comparisons): 2 writes every event
+    /// as [`TAG_EVENT`] and every loss as [`TAG_LOST`] under an uncompressed JSON header; 1 is
+    /// 2 without symbol entries (the caller must not write any).
+    pub fn with_version(
+        mut out: W,
+        header: &Header,
+        version: u32,
+    ) -> io::Result<RecordingWriter<W>> {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot write recording format version {version}"),
+            ));
+        }
         let json = serde_json::to_vec(header)?;
-        let mut pre = Vec::with_capacity(16 + json.len());
+        let stored = if version >= 3 {
+            let mut b = (json.len() as u32).to_le_bytes().to_vec();
+            b.extend_from_slice(&lz4_flex::block::compress_with_dict(&json, HEADER_DICT));
+            b
+        } else {
+            json
+        };
+        let mut pre = Vec::with_capacity(16 + stored.len());
         pre.extend_from_slice(MAGIC);
-        pre.extend_from_slice(&VERSION.to_le_bytes());
-        pre.extend_from_slice(&(json.len() as u32).to_le_bytes());
-        pre.extend_from_slice(&json);
+        pre.extend_from_slice(&version.to_le_bytes());
+        pre.extend_from_slice(&(stored.len() as u32).to_le_bytes());
+        pre.extend_from_slice(&stored);
         out.write_all(&pre)?;
         out.flush()?;
         Ok(RecordingWriter {
             out,
+            version,
             raw: Vec::with_capacity(CHUNK_TARGET + 512),
             entries: 0,
+            compact: Encoder::new(Order::from_header(&header.endian)),
+            scratch: Vec::with_capacity(256),
             events: 0,
             lost: 0,
             bytes_written: pre.len() as u64,
@@ -70,18 +105,36 @@ impl<W: Write> RecordingWriter<W> {
     /// One kernel record, as read from the ring buffer.
     pub fn event(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.events += 1;
+        if self.version >= 3 {
+            let mut compact = std::mem::take(&mut self.scratch);
+            compact.clear();
+            let r = if self.compact.encode(bytes, &mut compact) {
+                self.entry(TAG_EVENT_COMPACT, &compact)
+            } else {
+                self.entry(TAG_EVENT, bytes)
+            };
+            self.scratch = compact;
+            return r;
+        }
         self.entry(TAG_EVENT, bytes)
     }
 
-    pub fn lost(&mut self, ts_ns: u64, count: u64) -> io::Result<()> {
+    /// `count` events the kernel dropped, on `cpu` when known (stored from version 3).
+    pub fn lost(&mut self, ts_ns: u64, cpu: Option<u32>, count: u64) -> io::Result<()> {
         if count == 0 {
             return Ok(());
         }
         self.lost += count;
-        let mut b = [0u8; 16];
+        let mut b = [0u8; 20];
         b[..8].copy_from_slice(&ts_ns.to_le_bytes());
-        b[8..].copy_from_slice(&count.to_le_bytes());
-        self.entry(TAG_LOST, &b)
+        b[8..16].copy_from_slice(&count.to_le_bytes());
+        match cpu {
+            Some(cpu) if self.version >= 3 => {
+                b[16..].copy_from_slice(&cpu.to_le_bytes());
+                self.entry(TAG_LOST_CPU, &b)
+            }
+            _ => self.entry(TAG_LOST, &b[..16]),
+        }
     }
 
     /// What address `addr` of process `pid` (0: the kernel) is; written before the events that
@@ -118,6 +171,7 @@ impl<W: Write> RecordingWriter<W> {
         self.bytes_written += chunk.len() as u64;
         self.raw.clear();
         self.entries = 0;
+        self.compact.reset();
         Ok(())
     }
 
@@ -126,4 +180,36 @@ impl<W: Write> RecordingWriter<W> {
         self.flush_chunk()?;
         Ok((self.out, self.bytes_written))
     }
+}
+
+/// Writes every intact entry of `rec` again, in format `version` (re-encoding an old file,
+/// size comparisons, round-trip tests): same header, entries and chunk boundaries (a chunk
+/// is cut earlier only where the writer's size limit says so).
+/// Hands back the output, its size and the damage met in `rec`.
+pub fn rewrite<W: Write>(
+    rec: &super::reader::Recording,
+    out: W,
+    version: u32,
+) -> io::Result<(W, u64, Vec<super::reader::ChunkProblem>)> {
+    let mut w = RecordingWriter::with_version(out, &rec.header, version)?;
+    let mut error = None;
+    let problems = rec.replay_chunks(|e| {
+        if error.is_some() {
+            return;
+        }
+        let r = match e {
+            None => w.flush_chunk(),
+            Some(super::Entry::Event(b)) => w.event(b),
+            Some(super::Entry::Lost { ts_ns, count, cpu }) => w.lost(ts_ns, cpu, count),
+            Some(super::Entry::Symbol { pid, addr, name }) => w.symbol(pid, addr, name),
+        };
+        if let Err(e) = r {
+            error = Some(e);
+        }
+    });
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let (out, bytes) = w.finish()?;
+    Ok((out, bytes, problems))
 }

@@ -235,8 +235,12 @@ pub fn to_json(rec: &Record) -> Value {
             stack(&mut d, "user_stack", &c.user);
             stack(&mut d, "kernel_stack", &c.kernel);
         }
-        Body::Lost { count } => {
+        Body::Lost { count, cpu } => {
             d.insert("count".into(), (*count).into());
+            // Only when known: recordings before version 3 stored totals over all CPUs.
+            if let Some(cpu) = cpu {
+                d.insert("cpu".into(), (*cpu).into());
+            }
         }
     }
     json!({ "type": rec.body.type_name(), "data": Value::Object(d) })

@@ -46,8 +46,18 @@ pub fn verdict_text(p: &ProcReport) -> String {
 
 pub fn text(r: &Report, src: &Source) -> String {
     let mut o = String::new();
+    let per_cpu: Vec<String> = r
+        .lost_per_cpu
+        .iter()
+        .map(|(cpu, n)| format!("cpu{cpu} {n}"))
+        .collect();
+    let per_cpu = if per_cpu.is_empty() {
+        String::new()
+    } else {
+        format!(" (per CPU: {})", per_cpu.join(", "))
+    };
     o += &format!(
-        "rdmatrace report: host {} (kernel {})\n{} .. {} ({}), {} events, {} lost\n",
+        "rdmatrace report: host {} (kernel {})\n{} .. {} ({}), {} events, {} lost{per_cpu}\n",
         src.hostname,
         src.kernel,
         rfc3339(r.first_wall_ns),
@@ -143,7 +153,7 @@ pub fn text(r: &Report, src: &Source) -> String {
 }
 
 pub fn to_json(r: &Report, src: &Source) -> Value {
-    json!({"type": "report", "data": {
+    let mut v = json!({"type": "report", "data": {
         "host": src.hostname,
         "kernel": src.kernel,
         "start": rfc3339(r.first_wall_ns),
@@ -196,5 +206,15 @@ pub fn to_json(r: &Report, src: &Source) -> Value {
             "time": rfc3339(a.wall_ns), "pid": a.pid, "comm": a.comm, "dev": a.dev, "qpn": a.qpn,
             "kind": a.kind, "detail": a.detail,
         })).collect::<Vec<_>>(),
-    }})
+    }});
+    // Only when some CPU is known, so reports of older recordings keep their shape.
+    if !r.lost_per_cpu.is_empty() {
+        let per_cpu: serde_json::Map<String, Value> = r
+            .lost_per_cpu
+            .iter()
+            .map(|(cpu, n)| (cpu.to_string(), (*n).into()))
+            .collect();
+        v["data"]["lost_per_cpu"] = Value::Object(per_cpu);
+    }
+    v
 }

@@ -220,7 +220,7 @@ pub fn line(rec: &Record) -> String {
                 .or(c.kernel.first())
                 .map_or_else(String::new, |f| f.label().to_string()),
         ),
-        Body::Lost { count } => ("LOST", format!("{count} events dropped (ring buffer full)")),
+        Body::Lost { count, cpu } => ("LOST", lost_details(*count, *cpu)),
     };
     let mut l = format!(
         "{:<12} {:<7} {:<15} {:<6} {:<8} {:<7} {}",
@@ -242,6 +242,15 @@ pub fn line(rec: &Record) -> String {
 }
 
 /// `rxe retransmit_timer`, `tcp 192.0.2.1:5001->192.0.2.2:80`.
+/// What a `LOST` line says; with the CPU when known, kept as short as the line without it
+/// (the details column is cut at 80 columns).
+pub fn lost_details(count: u64, cpu: Option<u32>) -> String {
+    match cpu {
+        Some(cpu) => format!("{count} lost on CPU {cpu} (ring buffer full)"),
+        None => format!("{count} events dropped (ring buffer full)"),
+    }
+}
+
 fn retransmit_details(r: &crate::event::Retransmit) -> String {
     let mut d = match &r.tcp {
         Some(t) => format!("tcp {}:{}->{}:{}", t.saddr, t.sport, t.daddr, t.dport),

@@ -367,15 +367,13 @@ impl TimelineBuilder {
                 );
                 place(h, pid, key, wall, what);
             }
-            Body::Lost { count } => {
-                h.instants.push((
-                    wall,
-                    instant(
-                        format!("lost {count} events"),
-                        "lost",
-                        vec![("count", Arg::UInt(*count))],
-                    ),
-                ));
+            Body::Lost { count, cpu } => {
+                let mut args = vec![("count", Arg::UInt(*count))];
+                if let Some(cpu) = cpu {
+                    args.push(("cpu", Arg::UInt(u64::from(*cpu))));
+                }
+                h.instants
+                    .push((wall, instant(format!("lost {count} events"), "lost", args)));
             }
             _ => {}
         }

@@ -290,7 +290,18 @@ fn cm_and_anomaly_instants_land_on_the_qp_track() {
             }),
         ),
     );
-    b.push(h, &rec(2, 0, "", Body::Lost { count: 4 }));
+    b.push(
+        h,
+        &rec(
+            2,
+            0,
+            "",
+            Body::Lost {
+                count: 4,
+                cpu: None,
+            },
+        ),
+    );
     b.anomalies(
         h,
         &[Anomaly {

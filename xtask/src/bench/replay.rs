@@ -13,6 +13,8 @@ pub const COMMAND: &str = "cargo bench -p rdmatrace --bench replay -- --noplot";
 pub struct Replay {
     pub events: u64,
     pub bytes: u64,
+    /// Bytes after the preamble and header (chunks only).
+    pub stream_bytes: Option<u64>,
     /// (benchmark name, median ns per pass over the whole recording, low, high of its 95% CI).
     pub results: Vec<(&'static str, f64, f64, f64)>,
 }
@@ -76,6 +78,11 @@ pub fn run() -> anyhow::Result<Replay> {
         [e, b, ..] => (e, b),
         _ => anyhow::bail!("cannot parse {line:?}"),
     };
+    // "synthetic recording stream: S bytes after the header"
+    let stream_bytes = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("synthetic recording stream: "))
+        .and_then(|l| l.split(' ').next()?.parse().ok());
     let mut results = Vec::new();
     for name in ["file", "decode_correlate"] {
         let (m, lo, hi) = estimate(name)?;
@@ -84,6 +91,7 @@ pub fn run() -> anyhow::Result<Replay> {
     Ok(Replay {
         events,
         bytes,
+        stream_bytes,
         results,
     })
 }

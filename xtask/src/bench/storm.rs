@@ -30,6 +30,9 @@ pub struct Storm {
     pub rss_kib: u64,
     pub file_bytes: u64,
     pub file_records: u64,
+    /// Format version and preamble + header bytes of the recording.
+    pub format: Option<u32>,
+    pub header_bytes: Option<u64>,
     pub command: String,
 }
 
@@ -115,6 +118,7 @@ fn one(secs: u32, ringbuf: Option<u32>) -> anyhow::Result<Storm> {
         _ => anyhow::bail!("cannot parse {storm_line:?}"),
     };
     let delivered = count_records(&file, r#""type":"tcp_state""#)?;
+    let layout = super::recording_layout(&file).ok();
     Ok(Storm {
         ringbuf,
         generated,
@@ -127,6 +131,8 @@ fn one(secs: u32, ringbuf: Option<u32>) -> anyhow::Result<Storm> {
         rss_kib: last.1,
         file_bytes: std::fs::metadata(&file)?.len(),
         file_records: count_records(&file, "")?,
+        format: layout.map(|l| l.0),
+        header_bytes: layout.map(|l| l.1),
         command,
     })
 }

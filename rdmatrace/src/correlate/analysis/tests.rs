@@ -141,7 +141,15 @@ fn never_touching_rdma_is_tcp_and_a_qp_stuck_in_rtr_is_an_anomaly() {
     ));
     a.push(&rec(3, "app", 20, to(0x12, QpState::Init)));
     a.push(&rec(3, "app", 30, to(0x12, QpState::Rtr)));
-    a.push(&rec(0, "", 30 + STUCK_NS + 1, Body::Lost { count: 0 }));
+    a.push(&rec(
+        0,
+        "",
+        30 + STUCK_NS + 1,
+        Body::Lost {
+            count: 0,
+            cpu: None,
+        },
+    ));
     let r = a.finish();
     assert_eq!(verdict_of(&r, 2), Verdict::Tcp);
     let stuck: Vec<&Anomaly> = r
@@ -510,4 +518,29 @@ fn ports_going_down_and_devices_going_away_are_anomalies() {
         ],
         "a port first seen DOWN is not news; one that leaves ACTIVE is"
     );
+}
+
+#[test]
+fn losses_are_totalled_per_cpu_when_the_cpu_is_known() {
+    let mut a = Analyzer::new();
+    let lost = |count, cpu| Body::Lost { count, cpu };
+    a.push(&rec(0, "", 10, lost(3, Some(1))));
+    a.push(&rec(0, "", 20, lost(4, Some(0))));
+    a.push(&rec(0, "", 30, lost(5, Some(1))));
+    a.push(&rec(0, "", 40, lost(2, None)));
+    let r = a.finish();
+    assert_eq!(r.lost, 14);
+    assert_eq!(r.lost_per_cpu, BTreeMap::from([(0, 4), (1, 8)]));
+    let said: Vec<&str> = r
+        .anomalies
+        .iter()
+        .filter(|x| x.kind == "lost_events")
+        .map(|x| x.detail.as_str())
+        .collect();
+    assert_eq!(said.len(), 4);
+    assert!(
+        said[0].contains("3 events dropped") && said[0].contains("on CPU 1"),
+        "{said:?}"
+    );
+    assert!(!said[3].contains("CPU"), "{said:?}");
 }

@@ -15,7 +15,11 @@ fn header() -> Header {
 
 /// A recording with `chunks` chunks of `per_chunk` events each; event i is 40 bytes of i.
 fn sample(chunks: usize, per_chunk: usize) -> (Vec<u8>, Vec<usize>) {
-    let mut w = RecordingWriter::new(Vec::new(), &header()).expect("writer");
+    sample_v(chunks, per_chunk, VERSION)
+}
+
+fn sample_v(chunks: usize, per_chunk: usize, version: u32) -> (Vec<u8>, Vec<usize>) {
+    let mut w = RecordingWriter::with_version(Vec::new(), &header(), version).expect("writer");
     let mut chunk_starts = Vec::new();
     let mut n = 0u8;
     for _ in 0..chunks {
@@ -24,7 +28,7 @@ fn sample(chunks: usize, per_chunk: usize) -> (Vec<u8>, Vec<usize>) {
             w.event(&[n; 40]).expect("event");
             n = n.wrapping_add(1);
         }
-        w.lost(99, 3).expect("lost");
+        w.lost(99, Some(1), 3).expect("lost");
         w.flush_chunk().expect("flush");
     }
     (w.finish().expect("finish").0, chunk_starts)
@@ -50,6 +54,16 @@ fn round_trip_keeps_every_entry_in_order() {
     assert_eq!(firsts, (0..30).collect::<Vec<u8>>());
     assert_eq!(lost, 9);
     assert!(problems.is_empty(), "{problems:?}");
+    // Chunk ends are seen where the writer cut: after each 10 events and their loss.
+    let mut shape = String::new();
+    rec.replay_chunks(|e| {
+        shape.push(match e {
+            Some(Entry::Event(_)) => 'e',
+            Some(_) => 'l',
+            None => '|',
+        })
+    });
+    assert_eq!(shape, format!("{0}l|{0}l|{0}l|", "e".repeat(10)));
 }
 
 #[test]
@@ -175,11 +189,166 @@ fn symbol_entries_round_trip_in_order_with_events() {
 }
 
 #[test]
-fn version_1_files_still_read() {
-    let (mut bytes, _) = sample(1, 3);
-    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
-    let rec = Recording::from_bytes(bytes).expect("version 1 opens");
-    let (firsts, _, problems) = collect(&rec);
-    assert_eq!(firsts, [0, 1, 2]);
+fn versions_1_and_2_still_read() {
+    for version in [1, 2] {
+        let (bytes, _) = sample_v(2, 3, version);
+        assert_eq!(bytes[8..12], version.to_le_bytes());
+        let rec = Recording::from_bytes(bytes).expect("opens");
+        assert_eq!((rec.version, &rec.header), (version, &header()));
+        let (firsts, lost, problems) = collect(&rec);
+        assert_eq!(firsts, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(lost, 6);
+        assert!(problems.is_empty(), "{problems:?}");
+    }
+}
+
+/// Records with a real-looking header: kind, cpu, ts, pid, tid, comm, then a body.
+fn event(kind: u32, cpu: u32, ts: u64, pid: u32, comm: &str, body: &[u8]) -> Vec<u8> {
+    let mut r = Vec::new();
+    r.extend_from_slice(&kind.to_le_bytes());
+    r.extend_from_slice(&cpu.to_le_bytes());
+    r.extend_from_slice(&ts.to_le_bytes());
+    r.extend_from_slice(&pid.to_le_bytes());
+    r.extend_from_slice(&pid.to_le_bytes());
+    let mut c = [0u8; 16];
+    c[..comm.len()].copy_from_slice(comm.as_bytes());
+    r.extend_from_slice(&c);
+    r.extend_from_slice(body);
+    r
+}
+
+#[test]
+fn version_3_compacts_events_and_every_chunk_decodes_alone() {
+    let mut events = Vec::new();
+    for i in 0..40u64 {
+        let mut body = vec![0u8; 80];
+        body[..8].copy_from_slice(&(i * 3).to_le_bytes());
+        // Out of order timestamps (per-CPU paths) and several tasks.
+        let ts = 1_000_000 + i * 1000 - (i % 3) * 1500;
+        events.push(event(
+            6,
+            (i % 4) as u32,
+            ts,
+            100 + (i % 3) as u32,
+            "job",
+            &body,
+        ));
+    }
+    events.push(vec![9; 12]); // shorter than a header: stored as is
+    let write = |version| {
+        let mut w = RecordingWriter::with_version(Vec::new(), &header(), version).expect("writer");
+        let mut starts = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            if i % 10 == 0 {
+                w.flush_chunk().expect("flush");
+                starts.push(w.bytes_written as usize);
+            }
+            w.event(e).expect("event");
+        }
+        (w.finish().expect("finish").0, starts)
+    };
+    let (v3, starts) = write(3);
+    let (v2, _) = write(2);
+    assert!(
+        v3.len() * 3 < v2.len() * 2,
+        "v3 {} bytes, v2 {}",
+        v3.len(),
+        v2.len()
+    );
+    let replayed = |bytes: Vec<u8>| {
+        let rec = Recording::from_bytes(bytes).expect("open");
+        let mut out = Vec::new();
+        let problems = rec.replay(|e| {
+            if let Entry::Event(b) = e {
+                out.push(b.to_vec());
+            }
+        });
+        (out, problems)
+    };
+    let (out, problems) = replayed(v3.clone());
     assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(out, events);
+    // Without its first chunk (or with it damaged), the others still rebuild exactly.
+    let mut damaged = v3.clone();
+    damaged[starts[0] + CHUNK_HEADER_LEN + 2] ^= 0xff;
+    let (out, problems) = replayed(damaged);
+    assert_eq!(problems, [ChunkProblem::Checksum { offset: starts[0] }]);
+    assert_eq!(out, events[10..]);
+}
+
+#[test]
+fn version_3_stores_the_cpu_of_a_loss() {
+    let mut w = RecordingWriter::new(Vec::new(), &header()).expect("writer");
+    w.lost(5, Some(3), 7).expect("lost");
+    w.lost(6, None, 2).expect("lost");
+    let rec = Recording::from_bytes(w.finish().expect("finish").0).expect("open");
+    let mut seen = Vec::new();
+    rec.replay(|e| {
+        if let Entry::Lost { ts_ns, count, cpu } = e {
+            seen.push((ts_ns, count, cpu));
+        }
+    });
+    assert_eq!(seen, [(5, 7, Some(3)), (6, 2, None)]);
+    // A version 2 writer keeps the old entry: the CPU is not stored.
+    let mut w = RecordingWriter::with_version(Vec::new(), &header(), 2).expect("writer");
+    w.lost(5, Some(3), 7).expect("lost");
+    let rec = Recording::from_bytes(w.finish().expect("finish").0).expect("open");
+    rec.replay(|e| {
+        assert_eq!(
+            e,
+            Entry::Lost {
+                ts_ns: 5,
+                count: 7,
+                cpu: None
+            }
+        )
+    });
+}
+
+#[test]
+fn version_3_tags_in_an_older_file_are_damage() {
+    let mut v3 = RecordingWriter::new(Vec::new(), &header()).expect("writer");
+    v3.event(&event(1, 0, 5, 1, "a", &[1])).expect("event");
+    v3.flush_chunk().expect("flush");
+    let v3 = v3.finish().expect("finish").0;
+    let v2_header = RecordingWriter::with_version(Vec::new(), &header(), 2)
+        .expect("writer")
+        .finish()
+        .expect("finish")
+        .0;
+    let body = Recording::from_bytes(v3.clone()).expect("open").body;
+    let mut spliced = v2_header.clone();
+    spliced.extend_from_slice(&v3[body..]);
+    let rec = Recording::from_bytes(spliced).expect("open");
+    let (firsts, _, problems) = collect(&rec);
+    assert!(firsts.is_empty());
+    assert!(
+        matches!(&problems[..], [ChunkProblem::BadEntry { why, .. }]
+            if why.contains("unknown entry tag 4") && why.contains("version 2")),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn the_header_dictionary_is_frozen() {
+    // Version-3 files are compressed against it: changing it breaks every one of them.
+    assert_eq!(
+        (
+            crate::recording::HEADER_DICT.len(),
+            crc32fast::hash(crate::recording::HEADER_DICT)
+        ),
+        (2584, 2086934735)
+    );
+}
+
+#[test]
+fn a_damaged_compressed_header_is_a_clear_error() {
+    let (mut bytes, _) = sample(1, 1);
+    bytes[20] ^= 0xff; // inside the LZ4 block of the header
+    bytes[16..20].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    let err = Recording::from_bytes(bytes).err().expect("error");
+    assert!(
+        err.to_string().contains("header") && err.to_string().contains("limit"),
+        "{err}"
+    );
 }
