@@ -823,13 +823,9 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
         &["record", "-o", rec_file.to_str().expect("utf8")],
         READY_TIMEOUT,
     );
-    let watcher = Command::new(bin())
-        .args(["verdict", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("verdict");
-    sleep(Duration::from_secs(15)); // the watcher attaches like the recorder did
+    // Wait for the watcher's ready line: under TCG attaching takes 12-20 s, and a workload run
+    // before it is attached gets no samples (an `idle` verdict).
+    let watcher = start(&["verdict", "--json"], READY_TIMEOUT);
 
     // 1. RDMA: ib_write_bw, 64 KiB x 200 over RC, with perftest's small TCP control channel.
     let args = ["-x", "1", "-F", "-s", "65536", "-n", "200"];
@@ -887,16 +883,15 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
     assert!(tcp.wait_with_output().expect("python3").status.success());
     sleep(Duration::from_millis(2500)); // a sample tick
 
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(watcher.id() as i32, libc::SIGINT) };
-    let out = watcher.wait_with_output().expect("verdict output");
+    let out = watcher.stop();
     assert_eq!(
         out.status.code(),
         Some(3),
         "exit 3 = a process fell back to TCP; stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
+        out.stderr
     );
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+    let lines: Vec<Value> = out
+        .stdout
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
