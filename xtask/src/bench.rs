@@ -50,7 +50,8 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
     bootstrap::workload_deps()?;
     bootstrap::bench()?;
     std::fs::create_dir_all(out_dir()).context("cannot create target/bench")?;
-    // The measured binaries are release builds.
+    // The measured binaries are release builds, with the example that re-encodes the committed
+    // fixtures in the current format (recording size).
     cmd::run(
         Command::new("cargo")
             .current_dir(cmd::repo_root())
@@ -62,18 +63,7 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
                 "rdmatrace",
                 "-p",
                 "rdmatrace-workloads",
-            ]),
-    )?;
-    // Re-encodes the committed fixtures in the current format (recording size).
-    cmd::run(
-        Command::new("cargo")
-            .current_dir(cmd::repo_root())
-            .env("PATH", cmd::path_with_cargo_bin())
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "rdmatrace",
+                "--bins",
                 "--example",
                 "rewrite",
             ]),
