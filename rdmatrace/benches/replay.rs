@@ -7,10 +7,12 @@ mod synthetic;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rdmatrace::{
     clock::ClockAnchor,
-    commands::replay::Replay,
-    correlate::Correlator,
+    correlate::{filter::Filter, Correlator},
     decode::decode,
+    event::Record,
     recording::{reader::Recording, Entry},
+    replay,
+    sinks::Each,
 };
 
 /// About a million events.
@@ -36,10 +38,6 @@ fn replay(c: &mut Criterion) {
         v2.len(),
         v2.len() as f64 / events as f64
     );
-    let replay = match Replay::from_bytes(bytes.clone()) {
-        Ok(r) => r,
-        Err(e) => panic!("the synthetic recording does not open: {e:#}"),
-    };
     // Entries already decompressed: decode + correlate alone.
     let rec = match Recording::from_bytes(bytes) {
         Ok(r) => r,
@@ -60,7 +58,11 @@ fn replay(c: &mut Criterion) {
     group.bench_function("file", |b| {
         b.iter(|| {
             let mut n = 0u64;
-            let seen = replay.run(|r| n += u64::from(r.pid != u32::MAX));
+            let (_, seen) = replay::recording(
+                &rec,
+                Filter::default(),
+                Each(|r: &Record| n += u64::from(r.pid != u32::MAX)),
+            );
             assert_eq!(seen.undecodable, 0);
             assert_eq!(n, events);
             n

@@ -55,9 +55,12 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Recording to write (mode 0600).
+    /// Recording to write (mode 0600); an existing file is refused unless --force.
     #[arg(long, short = 'o')]
     pub output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
     /// Stop after this many seconds.
     #[arg(long, short = 'd')]
     pub duration: Option<f64>,
@@ -163,6 +166,7 @@ impl RecordArgs {
     pub fn to_config(&self) -> Result<RecordConfig, String> {
         Ok(RecordConfig {
             output: self.output.clone(),
+            force: self.force,
             duration: duration(self.duration)?,
             pid: self.pid,
             command: self.command.clone(),

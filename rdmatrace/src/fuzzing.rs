@@ -3,12 +3,11 @@
 //! panic nor hang, whatever they hold. Not an API.
 
 use crate::{
-    commands::replay::Replay,
-    correlate::Correlator,
+    correlate::{filter::Filter, Correlator},
     decode::decode,
     event::Record,
-    recording::{writer::RecordingWriter, Header, CHUNK_MAGIC, FLAG_LZ4},
-    sinks::{jsonl::to_json, text::line},
+    recording::{reader::Recording, writer::RecordingWriter, Header, CHUNK_MAGIC, FLAG_LZ4},
+    sinks::{jsonl::to_json, text::line, Each},
 };
 
 /// Formats `rec` both ways output does (JSON Lines, text); returns the text's length.
@@ -19,15 +18,19 @@ fn render(rec: &Record) -> usize {
 /// `data` as a whole recording file: open it, replay every intact chunk through decode and the
 /// correlator, format every record. Returns how many records replayed.
 pub fn recording(data: &[u8]) -> usize {
-    let Ok(replay) = Replay::from_bytes(data.to_vec()) else {
+    let Ok(rec) = Recording::from_bytes(data.to_vec()) else {
         return 0;
     };
     let mut n = 0;
     // Damage is reported, not fatal: the problems themselves are not of interest here.
-    let _damage = replay.run(|r| {
-        render(r);
-        n += 1;
-    });
+    let _damage = crate::replay::recording(
+        &rec,
+        Filter::default(),
+        Each(|r: &Record| {
+            render(r);
+            n += 1;
+        }),
+    );
     n
 }
 

@@ -1,8 +1,9 @@
 //! rdmatrace: eBPF tracing and fault localization for RDMA.
 //!
-//! Data flows one way: kernel programs -> `source` (ring buffer) -> `decode` (pure) ->
-//! `correlate` (pure) -> `sinks`. `loader` and `collect` put the programs in the kernel;
-//! `commands` wire the flow for each subcommand; `cli` is the only place that knows clap.
+//! Data flows one way: kernel programs -> `source` (ring buffer) or a recording (`replay`) ->
+//! `stage` (decode -> stack names -> `correlate` -> filter) -> a `sinks::Sink`. `loader` and
+//! `collect` put the programs in the kernel; `commands` pick the sink for each subcommand;
+//! `cli` is the only place that knows clap.
 
 pub mod cli;
 pub mod clock;
@@ -13,15 +14,17 @@ pub mod correlate;
 pub mod decode;
 pub mod event;
 pub mod flame;
+pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod loader;
 pub mod netlink;
-pub mod pipeline;
 pub mod ports;
 pub mod recording;
+pub mod replay;
 pub mod sample;
 pub mod sinks;
 pub mod source;
+pub mod stage;
 pub mod symbolize;
 pub mod timeline;

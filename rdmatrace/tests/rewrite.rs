@@ -3,9 +3,11 @@
 //! header. Prints the sizes before and after (`cargo test --test rewrite -- --nocapture`).
 
 use rdmatrace::{
-    commands::replay::Replay,
+    correlate::filter::Filter,
+    event::Record,
     recording::{reader::Recording, writer::rewrite, VERSION},
-    sinks::{jsonl::to_json, text::line},
+    replay,
+    sinks::{jsonl::to_json, text::line, Each},
 };
 
 const FIXTURES: [&str; 3] = ["lab-loss.rdmt", "lab-pingpong.rdmt", "lab-verbs.rdmt"];
@@ -17,12 +19,16 @@ fn fixture(name: &str) -> Vec<u8> {
 
 /// Every record of a recording as it prints: JSON line and text line.
 fn printed(bytes: Vec<u8>) -> (Vec<String>, u64) {
-    let replay = Replay::from_bytes(bytes).expect("opens");
+    let rec = Recording::from_bytes(bytes).expect("opens");
     let mut out = Vec::new();
-    let done = replay.run(|r| {
-        out.push(to_json(r).to_string());
-        out.push(line(r));
-    });
+    let (_, done) = replay::recording(
+        &rec,
+        Filter::default(),
+        Each(|r: &Record| {
+            out.push(to_json(r).to_string());
+            out.push(line(r));
+        }),
+    );
     assert!(done.problems.is_empty(), "{:?}", done.problems);
     (out, done.undecodable)
 }
@@ -74,14 +80,18 @@ fn a_rewritten_recording_keeps_crash_safety() {
     let (new, ..) = rewrite(&rec, Vec::new(), VERSION).expect("rewrite");
     let (all, _) = printed(new.clone());
     for cut in (0..new.len()).step_by(7) {
-        let Ok(replay) = Replay::from_bytes(new[..cut].to_vec()) else {
+        let Ok(rec) = Recording::from_bytes(new[..cut].to_vec()) else {
             continue; // the header itself is cut
         };
         let mut out = Vec::new();
-        replay.run(|r| {
-            out.push(to_json(r).to_string());
-            out.push(line(r));
-        });
+        let _ = replay::recording(
+            &rec,
+            Filter::default(),
+            Each(|r: &Record| {
+                out.push(to_json(r).to_string());
+                out.push(line(r));
+            }),
+        );
         assert!(all.starts_with(&out), "cut at {cut}");
     }
 }

@@ -8,8 +8,10 @@ use std::{
 };
 
 use crate::{
-    commands::replay::Replay,
-    flame::{self, svg, Folded, Kind},
+    correlate::filter::Filter,
+    flame::{svg, Folded, Kind},
+    replay::{self, Replayed},
+    sinks::flame::FlameSink,
 };
 
 #[derive(Clone, Debug)]
@@ -24,26 +26,23 @@ pub struct FlamegraphConfig {
     pub folded: bool,
 }
 
-/// The folded stacks of one recording, and a subtitle naming where it was recorded.
-fn fold(path: &Path, kind: Kind) -> anyhow::Result<(Folded, String)> {
-    let replay = Replay::open(path)?;
-    let mut folder = flame::folder(kind);
-    let replayed = replay.run(|r| folder.push(r));
-    replayed.warn(path);
-    let h = replay.header();
-    Ok((
-        folder.finish(),
-        format!("host {} (kernel {})", h.hostname, h.kernel),
-    ))
+/// The folded stacks of one recording, a subtitle naming where it was recorded, and what the
+/// replay met.
+fn fold(path: &Path, kind: Kind) -> anyhow::Result<(Folded, String, Replayed)> {
+    let (sink, h, replayed) = replay::file(path, Filter::default(), |_| FlameSink::new(kind))?;
+    let subtitle = format!("host {} (kernel {})", h.hostname, h.kernel);
+    Ok((sink.folded, subtitle, replayed))
 }
 
 pub fn run(cfg: &FlamegraphConfig) -> anyhow::Result<ExitCode> {
-    let (this, subtitle) = fold(&cfg.input, cfg.kind)?;
+    let (this, subtitle, replayed) = fold(&cfg.input, cfg.kind)?;
+    let mut replays = vec![replayed];
     let bytes = match &cfg.base {
         None if cfg.folded => lines_bytes(&this.lines()),
         None => svg::render(cfg.kind, &this, Some(subtitle))?,
         Some(base_path) => {
-            let (base, base_sub) = fold(base_path, cfg.kind)?;
+            let (base, base_sub, replayed) = fold(base_path, cfg.kind)?;
+            replays.push(replayed);
             if cfg.folded {
                 lines_bytes(&Folded::diff_lines(&base, &this))
             } else {
@@ -61,7 +60,7 @@ pub fn run(cfg: &FlamegraphConfig) -> anyhow::Result<ExitCode> {
             cfg.kind.count_name()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(replay::exit_code(&replays))
 }
 
 fn lines_bytes(lines: &[String]) -> Vec<u8> {

@@ -1,5 +1,8 @@
-//! The live loop shared by `trace` and `record`: wait on the ring buffer, a 1 s tick (loss
-//! accounting, periodic flushes), signals, `--duration` and, for `record -- CMD`, the command.
+//! The live side shared by every live command (`trace`, `record`, `verdict`, `top`): load the
+//! probes, announce what is off, open the ring buffer and the sampler ([`Live::start`]), run
+//! the loop — ring buffer, a 1 s tick (loss accounting, samples, periodic flushes), signals,
+//! `--duration` and, for `-- CMD`, the command — into a [`Stage`] ([`Live::run`]), and say
+//! what was lost at the end ([`Live::loss_advice`]).
 
 use std::time::Duration;
 
@@ -9,19 +12,71 @@ use tokio::{
     time::{interval, sleep, Instant, MissedTickBehavior},
 };
 
-use crate::{clock::monotonic_ns, sample::Sampler, source::RingSource};
+use crate::{
+    clock::monotonic_ns,
+    loader::{self, LoadOptions, Tracer},
+    sample::Sampler,
+    sinks::Sink,
+    source::RingSource,
+    stage::Stage,
+};
 
-/// What the live loop feeds.
-pub trait Consumer {
-    /// One raw ring-buffer record.
-    fn raw(&mut self, bytes: &[u8]);
-    /// `count` events were dropped by the kernel on `cpu` (`None`: the per-CPU counters could
-    /// not be read; reported at most once per tick and CPU).
-    fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64);
-    /// Once a second.
-    fn tick(&mut self) {}
-    /// Whether the consumer cannot go on (e.g. its output is closed).
-    fn broken(&self) -> bool;
+/// A live trace's kernel side: the loaded probes, their ring buffer and the sampler.
+pub struct Live {
+    pub tracer: Tracer,
+    source: RingSource,
+    sampler: Sampler,
+}
+
+impl Live {
+    /// Loads every probe area, says which probes are off and why, opens the ring buffer and
+    /// the sampler (binding per-QP counters when asked, announced).
+    pub fn start(opts: &LoadOptions, bind_qp_counters: bool) -> anyhow::Result<Live> {
+        let mut tracer = loader::load(opts, loader::all_areas())?;
+        announce(&tracer.report);
+        let source = RingSource::new(&mut tracer)?;
+        let sampler = sampler(&mut tracer, bind_qp_counters);
+        Ok(Live {
+            tracer,
+            source,
+            sampler,
+        })
+    }
+
+    /// Runs `command` (if any) traced with its descendants; see [`load_options`].
+    pub fn spawn(&mut self, command: &[String]) -> anyhow::Result<Option<tokio::process::Child>> {
+        spawn_traced(&mut self.tracer, command)
+    }
+
+    /// Prints `ready` (the line tests and scripts wait for) and feeds `stage` until a signal,
+    /// `duration`, the command's exit or the sink's end.
+    pub async fn run<S: Sink>(
+        &mut self,
+        stage: &mut Stage<S>,
+        ready: &str,
+        duration: Option<Duration>,
+        command: Option<&mut tokio::process::Child>,
+    ) -> anyhow::Result<End> {
+        stage.start().context("cannot write output")?;
+        eprintln!("{ready}");
+        run(
+            &mut self.source,
+            stage,
+            duration,
+            command,
+            Some(&mut self.sampler),
+        )
+        .await
+    }
+
+    pub fn lost_total(&self) -> u64 {
+        self.source.lost_total()
+    }
+
+    /// The loss advice at exit: the total, where it happened, and the remedy.
+    pub fn loss_advice(&self) {
+        loss_advice(self.source.lost_total(), &self.source.lost_per_cpu());
+    }
 }
 
 /// Why the loop ended.
@@ -40,9 +95,9 @@ enum Wake {
     Data,
 }
 
-pub async fn run(
+async fn run<S: Sink>(
     source: &mut RingSource,
-    consumer: &mut impl Consumer,
+    consumer: &mut Stage<S>,
     duration: Option<Duration>,
     mut command: Option<&mut tokio::process::Child>,
     mut sampler: Option<&mut Sampler>,
@@ -114,7 +169,7 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Prints the probe report the way every live command does.
-pub fn announce(report: &crate::loader::AttachReport) {
+fn announce(report: &crate::loader::AttachReport) {
     for line in report.off_lines() {
         eprintln!("rdmatrace: {line}");
     }
@@ -130,7 +185,7 @@ pub fn announce(report: &crate::loader::AttachReport) {
 }
 
 /// The loss advice at exit: the total, where it happened, and the remedy.
-pub fn loss_advice(lost: u64, per_cpu: &[u64]) {
+fn loss_advice(lost: u64, per_cpu: &[u64]) {
     if let Some(text) = loss_text(lost, per_cpu) {
         eprintln!("{text}");
     }
@@ -175,7 +230,7 @@ mod tests {
 /// The sampler every live command uses: kernel aggregates, sysfs port counters and, when the
 /// kernel has RDMA netlink, the QP resource table (and per-QP counters, bound only with
 /// `bind_qp_counters`). A source that cannot open is said once; the rest still sample.
-pub fn sampler(tracer: &mut crate::loader::Tracer, bind_qp_counters: bool) -> Sampler {
+fn sampler(tracer: &mut crate::loader::Tracer, bind_qp_counters: bool) -> Sampler {
     let mut sampler = Sampler::new(tracer, Some(COUNTERS_ROOT.into()));
     let has_rdma = std::path::Path::new(COUNTERS_ROOT)
         .read_dir()
@@ -219,8 +274,7 @@ pub fn load_options(
     }
 }
 
-/// Runs `command` (if any) traced with its descendants; see [`load_options`].
-pub fn spawn_traced(
+fn spawn_traced(
     tracer: &mut crate::loader::Tracer,
     command: &[String],
 ) -> anyhow::Result<Option<tokio::process::Child>> {

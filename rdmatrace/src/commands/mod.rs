@@ -1,9 +1,9 @@
-//! One file per subcommand: each wires loader, source, pipeline and sinks for its job.
+//! One file per subcommand: each picks its sink and wires it to the stage, live (`live`) or
+//! over recordings (`crate::replay`).
 pub mod doctor;
 pub mod flamegraph;
 pub mod live;
 pub mod record;
-pub mod replay;
 pub mod report;
 pub mod timeline;
 pub mod top;

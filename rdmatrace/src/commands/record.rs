@@ -1,24 +1,27 @@
-//! `rdmatrace record -o FILE [--duration S] [--pid P] [-- CMD ARGS...]`: every event into a
-//! recording (crash-safe chunks, see `recording`), for `trace --input`, `report`, ... later.
-//! With CMD: run it, trace it and its descendants until it exits, and exit with its status.
+//! `rdmatrace record -o FILE [--force] [--duration S] [--pid P] [-- CMD ARGS...]`: every event
+//! into a recording (crash-safe chunks, see `recording`), for `trace --input`, `report`, ...
+//! later. An existing FILE is left alone unless `--force`. With CMD: run it, trace it and its
+//! descendants until it exits, and exit with its status.
 
-use std::{io, path::PathBuf, process::ExitCode, time::Duration};
+use std::{io::ErrorKind, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::{bail, Context as _};
-use rdmatrace_common::event::EventKind;
 
 use crate::{
     clock::ClockAnchor,
-    commands::live::{self, Consumer, End},
-    loader,
+    commands::live::{self, End, Live},
+    correlate::filter::Filter,
     recording::{writer::RecordingWriter, Header},
-    source::RingSource,
+    sinks::recording::RecordingSink,
+    stage::Stage,
     symbolize::resolver::Resolver,
 };
 
 #[derive(Clone, Debug)]
 pub struct RecordConfig {
     pub output: PathBuf,
+    /// Replace an existing output file.
+    pub force: bool,
     pub duration: Option<Duration>,
     pub pid: Option<u32>,
     pub command: Vec<String>,
@@ -32,68 +35,6 @@ pub struct RecordConfig {
 
 pub const READY_LINE: &str = "Recording RDMA events... Hit Ctrl-C to end.";
 
-struct Recorder {
-    writer: RecordingWriter<std::fs::File>,
-    /// Names stack addresses now, while the processes live; the names go into the file.
-    resolver: Resolver,
-    error: Option<io::Error>,
-    /// The command's process until it execs: a copy of the recorder, whose CPU samples are
-    /// the recorder's spawning code, not the program's.
-    unexeced_child: Option<u32>,
-}
-
-impl Recorder {
-    fn check(&mut self, r: io::Result<()>) {
-        if let Err(e) = r {
-            self.error.get_or_insert(e);
-        }
-    }
-}
-
-impl Consumer for Recorder {
-    fn raw(&mut self, bytes: &[u8]) {
-        // Until the command is spawned the recorder itself is traced (to follow the fork):
-        // its own CPU samples are not the program's.
-        match crate::decode::peek(bytes) {
-            Some((EventKind::CpuSample, pid))
-                if pid == std::process::id() || Some(pid) == self.unexeced_child =>
-            {
-                return;
-            }
-            Some((EventKind::ProcessExec, pid)) if Some(pid) == self.unexeced_child => {
-                self.unexeced_child = None;
-            }
-            _ => {}
-        }
-        for s in self.resolver.names_for(bytes) {
-            let r = self.writer.symbol(s.pid, s.addr, &s.name);
-            self.check(r);
-        }
-        let r = self.writer.event(bytes);
-        self.check(r);
-    }
-    /// Stored in the recording and said on stderr as it happens (at most once a second).
-    fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64) {
-        if count > 0 {
-            let on = cpu.map_or(String::new(), |c| format!(" (CPU {c})"));
-            eprintln!(
-                "rdmatrace: {count} events lost: the ring buffer was full{on}; \
-                 consider a larger ring buffer (--ringbuf-size)"
-            );
-        }
-        let r = self.writer.lost(ts_ns, cpu, count);
-        self.check(r);
-    }
-    /// At most a second of events is only in memory: a kill -9 loses no more.
-    fn tick(&mut self) {
-        let r = self.writer.flush_chunk();
-        self.check(r);
-    }
-    fn broken(&self) -> bool {
-        self.error.is_some()
-    }
-}
-
 fn read_proc(path: &str) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -101,14 +42,20 @@ fn read_proc(path: &str) -> String {
 }
 
 pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
+    // Before loading anything: an existing file is refused without touching it.
+    if !cfg.force && std::fs::symlink_metadata(&cfg.output).is_ok() {
+        bail!(
+            "{} exists; use --force to overwrite it",
+            cfg.output.display()
+        );
+    }
     live::runtime()?.block_on(run_async(cfg))
 }
 
 async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
     let mut opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
     opts.cpu_hz = cfg.cpu_hz;
-    let mut tracer = loader::load(&opts, loader::all_areas())?;
-    live::announce(&tracer.report);
+    let mut live = Live::start(&opts, cfg.bind_qp_counters)?;
     let anchor = ClockAnchor::now();
     let header = Header {
         tool: format!("rdmatrace {}", env!("CARGO_PKG_VERSION")),
@@ -121,7 +68,8 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         }
         .into(),
         clock_offset_ns: i64::try_from(anchor.offset_ns).context("clock offset out of range")?,
-        probes: tracer
+        probes: live
+            .tracer
             .report
             .probes
             .iter()
@@ -134,38 +82,30 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
             .collect(),
         command: (!cfg.command.is_empty()).then(|| cfg.command.clone()),
     };
-    let writer = RecordingWriter::create(&cfg.output, &header)
-        .with_context(|| format!("cannot create {}", cfg.output.display()))?;
+    let writer = match RecordingWriter::create(&cfg.output, &header, cfg.force) {
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => bail!(
+            "{} exists; use --force to overwrite it",
+            cfg.output.display()
+        ),
+        r => r.with_context(|| format!("cannot create {}", cfg.output.display()))?,
+    };
     let mut resolver = Resolver::new();
     if cfg.cpu_hz.is_some() {
         resolver.warm_kernel();
     }
-    let mut recorder = Recorder {
-        writer,
-        resolver,
-        error: None,
-        unexeced_child: None,
-    };
-    let mut source = RingSource::new(&mut tracer)?;
-    let mut sampler = live::sampler(&mut tracer, cfg.bind_qp_counters);
-
-    let mut child = live::spawn_traced(&mut tracer, &cfg.command)?;
-    recorder.unexeced_child = child.as_ref().and_then(|c| c.id());
-    eprintln!("{READY_LINE}");
-    let end = live::run(
-        &mut source,
-        &mut recorder,
-        cfg.duration,
-        child.as_mut(),
-        Some(&mut sampler),
-    )
-    .await?;
-    let lost = source.lost_total();
-    let events = recorder.writer.events;
-    if let Some(e) = recorder.error.take() {
-        bail!("cannot write {}: {e}", cfg.output.display());
-    }
-    let (file, bytes) = recorder
+    let mut stage =
+        Stage::new(anchor, Filter::default(), RecordingSink::new(writer)).with_resolver(resolver);
+    let mut child = live.spawn(&cfg.command)?;
+    stage.sink_mut().unexeced_child = child.as_ref().and_then(|c| c.id());
+    let end = live
+        .run(&mut stage, READY_LINE, cfg.duration, child.as_mut())
+        .await?;
+    let lost = live.lost_total();
+    let sink = stage
+        .finish()
+        .with_context(|| format!("cannot write {}", cfg.output.display()))?;
+    let events = sink.writer.events;
+    let (file, bytes) = sink
         .writer
         .finish()
         .with_context(|| format!("cannot write {}", cfg.output.display()))?;
@@ -175,7 +115,7 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         "rdmatrace: {events} events, {lost} lost, recorded to {} ({bytes} bytes)",
         cfg.output.display()
     );
-    live::loss_advice(lost, &source.lost_per_cpu());
+    live.loss_advice();
     Ok(match end {
         End::CommandExited(status) => ExitCode::from(
             status

@@ -3,26 +3,19 @@
 
 use std::{path::Path, process::ExitCode};
 
-use super::replay::Replay;
 use crate::{
-    correlate::analysis::Analyzer,
-    sinks::report::{self, Source},
+    correlate::filter::Filter,
+    replay,
+    sinks::report::{ReportSink, Source},
 };
 
 pub fn run(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let replay = Replay::open(path)?;
-    let mut analyzer = Analyzer::new();
-    let replayed = replay.run(|record| analyzer.push(record));
-    let src = Source {
-        hostname: replay.header().hostname.clone(),
-        kernel: replay.header().kernel.clone(),
-    };
-    let report = analyzer.finish();
-    if json {
-        println!("{}", report::to_json(&report, &src));
-    } else {
-        print!("{}", report::text(&report, &src));
-    }
-    replayed.warn(path);
-    Ok(ExitCode::SUCCESS)
+    let (_, _, replayed) = replay::file(path, Filter::default(), |h| {
+        let src = Source {
+            hostname: h.hostname.clone(),
+            kernel: h.kernel.clone(),
+        };
+        ReportSink::new(std::io::stdout(), json, src)
+    })?;
+    Ok(replay::exit_code([&replayed]))
 }

@@ -5,8 +5,9 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use crate::{
-    commands::replay::Replay,
-    correlate::analysis::Analyzer,
+    correlate::filter::Filter,
+    replay,
+    sinks::timeline::TimelineSink,
     timeline::{chrome, perfetto, TimelineBuilder},
 };
 
@@ -28,17 +29,12 @@ pub struct TimelineConfig {
 
 pub fn run(cfg: &TimelineConfig) -> anyhow::Result<ExitCode> {
     let mut builder = TimelineBuilder::new();
+    let mut replays = Vec::new();
     for path in &cfg.inputs {
-        let replay = Replay::open(path)?;
-        let header = replay.header();
-        let host = builder.host(&header.hostname, &header.kernel, header.clock_offset_ns);
-        let mut analyzer = Analyzer::new();
-        let replayed = replay.run(|r| {
-            analyzer.push(r);
-            builder.push(host, r);
-        });
-        builder.anomalies(host, &analyzer.finish().anomalies);
-        replayed.warn(path);
+        let (_, _, replayed) = replay::file(path, Filter::default(), |h| {
+            TimelineSink::new(&mut builder, &h.hostname, &h.kernel, h.clock_offset_ns)
+        })?;
+        replays.push(replayed);
     }
     let tl = builder.finish();
     let bytes = match cfg.format {
@@ -58,5 +54,5 @@ pub fn run(cfg: &TimelineConfig) -> anyhow::Result<ExitCode> {
             bytes.len()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(replay::exit_code(&replays))
 }

@@ -11,13 +11,12 @@ use anyhow::Context as _;
 
 use crate::{
     clock::ClockAnchor,
-    commands::live::{self, Consumer},
+    commands::live::{self, Live},
     config::{Format, TraceConfig},
-    loader::{self, LoadOptions},
-    pipeline::Pipeline,
-    recording::{reader::Recording, Entry},
+    loader::LoadOptions,
+    replay,
     sinks::{jsonl::JsonlSink, text::TextSink, Sink},
-    source::RingSource,
+    stage::Stage,
     symbolize::resolver::Resolver,
 };
 
@@ -31,40 +30,16 @@ pub fn sink_for(format: Format) -> Box<dyn Sink> {
     }
 }
 
-impl Consumer for Pipeline {
-    fn raw(&mut self, bytes: &[u8]) {
-        self.push_raw(bytes);
-    }
-    fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64) {
-        Pipeline::lost(self, count, cpu, ts_ns);
-    }
-    fn broken(&self) -> bool {
-        self.write_error.is_some()
-    }
-}
-
 pub fn run(cfg: &TraceConfig, input: Option<&Path>) -> anyhow::Result<ExitCode> {
     match input {
-        Some(path) => replay(cfg, path),
+        Some(path) => {
+            // A closed pipe (`| head`) ends the replay; main() takes it as a normal stop.
+            let (_, _, replayed) =
+                replay::file(path, cfg.filter.clone(), |_| sink_for(cfg.format))?;
+            Ok(replay::exit_code([&replayed]))
+        }
         None => live::runtime()?.block_on(run_live(cfg)),
     }
-}
-
-/// Output errors end the command; a closed pipe is a normal way to stop.
-fn finish(pipeline: &mut Pipeline) -> anyhow::Result<()> {
-    let _ = pipeline.sink.finish();
-    if let Some(e) = pipeline.write_error.take() {
-        if e.kind() != ErrorKind::BrokenPipe {
-            return Err(e).context("cannot write output");
-        }
-    }
-    if let Some(e) = &pipeline.first_decode_error {
-        eprintln!(
-            "rdmatrace: {} records could not be decoded (first: {e})",
-            pipeline.decode_errors
-        );
-    }
-    Ok(())
 }
 
 async fn run_live(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
@@ -75,51 +50,19 @@ async fn run_live(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
         ringbuf_bytes: cfg.ringbuf_bytes,
         cpu_hz: None,
     };
-    let mut tracer = loader::load(&opts, loader::all_areas())?;
-    live::announce(&tracer.report);
-    let mut source = RingSource::new(&mut tracer)?;
-    let mut sampler = live::sampler(&mut tracer, cfg.bind_qp_counters);
-    let mut pipeline = Pipeline::new(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format));
-    pipeline.resolver = Some(Resolver::new());
-    pipeline.sink.start().context("cannot write output")?;
-    eprintln!("{READY_LINE}");
-    live::run(
-        &mut source,
-        &mut pipeline,
-        cfg.duration,
-        None,
-        Some(&mut sampler),
-    )
-    .await?;
-    let lost = source.lost_total();
-    finish(&mut pipeline)?;
-    eprintln!("rdmatrace: {} events, {lost} lost", pipeline.events);
-    live::loss_advice(lost, &source.lost_per_cpu());
-    Ok(ExitCode::SUCCESS)
-}
-
-fn replay(cfg: &TraceConfig, path: &Path) -> anyhow::Result<ExitCode> {
-    let rec = Recording::open(path)?;
-    let anchor = ClockAnchor::fixed(i128::from(rec.header.clock_offset_ns));
-    let mut pipeline = Pipeline::new(anchor, cfg.filter.clone(), sink_for(cfg.format));
-    pipeline.sink.start().context("cannot write output")?;
-    let problems = rec.replay(|entry| match entry {
-        Entry::Event(bytes) => pipeline.push_raw(bytes),
-        Entry::Lost { ts_ns, count, cpu } => pipeline.lost(count, cpu, ts_ns),
-        Entry::Symbol { pid, addr, name } => pipeline.symbols.insert(pid, addr, name),
-    });
-    finish(&mut pipeline)?;
-    for p in &problems {
-        eprintln!("rdmatrace: {}: {p}", path.display());
+    let mut live = Live::start(&opts, cfg.bind_qp_counters)?;
+    let mut stage = Stage::new(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format))
+        .with_resolver(Resolver::new());
+    live.run(&mut stage, READY_LINE, cfg.duration, None).await?;
+    let events = stage.events;
+    stage.warn_undecodable("");
+    match stage.finish() {
+        Ok(_) => {}
+        // A closed pipe (`rdmatrace trace | head`) is a normal way to stop.
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => {}
+        Err(e) => return Err(e).context("cannot write output"),
     }
-    // Damage inside the file is reported, and everything intact was printed; an incomplete
-    // tail alone (a recorder killed with -9) is normal.
-    let damaged = problems
-        .iter()
-        .any(|p| !matches!(p, crate::recording::reader::ChunkProblem::Truncated { .. }));
-    Ok(if damaged {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    })
+    eprintln!("rdmatrace: {events} events, {} lost", live.lost_total());
+    live.loss_advice();
+    Ok(ExitCode::SUCCESS)
 }

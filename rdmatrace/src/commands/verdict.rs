@@ -4,22 +4,20 @@
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
+use anyhow::Context as _;
+
 use crate::{
     clock::ClockAnchor,
-    commands::live::{self, Consumer},
-    correlate::{
-        analysis::{Analyzer, Verdict},
-        Correlator,
-    },
-    decode::decode,
-    event::Record,
-    loader,
-    sinks::report::{verdict_json, verdict_text},
-    source::RingSource,
+    commands::live::{self, Live},
+    correlate::filter::Filter,
+    sinks::report::VerdictSink,
+    stage::Stage,
 };
 
 /// Exit status when a watched process fell back to TCP.
 pub const FALLBACK_EXIT: u8 = 3;
+
+pub const READY_LINE: &str = "Watching for RDMA / TCP fallback... Hit Ctrl-C to end.";
 
 #[derive(Clone, Debug)]
 pub struct VerdictConfig {
@@ -33,74 +31,20 @@ pub struct VerdictConfig {
     pub bind_qp_counters: bool,
 }
 
-struct Watch {
-    anchor: ClockAnchor,
-    correlator: Correlator,
-    analyzer: Analyzer,
-}
-
-impl Consumer for Watch {
-    fn raw(&mut self, bytes: &[u8]) {
-        if let Ok(mut r) = decode(bytes, &self.anchor) {
-            self.correlator.observe(&mut r);
-            self.analyzer.push(&r);
-        }
-    }
-    fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64) {
-        if count > 0 {
-            let mut r = Record::lost(count, cpu, ts_ns, &self.anchor);
-            self.correlator.observe(&mut r);
-            self.analyzer.push(&r);
-        }
-    }
-    fn broken(&self) -> bool {
-        false
-    }
-}
-
 pub fn run(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
     live::runtime()?.block_on(run_async(cfg))
 }
 
 async fn run_async(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
     let opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
-    let mut tracer = loader::load(&opts, loader::all_areas())?;
-    live::announce(&tracer.report);
-    let mut source = RingSource::new(&mut tracer)?;
-    let mut sampler = live::sampler(&mut tracer, cfg.bind_qp_counters);
-    let mut watch = Watch {
-        anchor: ClockAnchor::now(),
-        correlator: Correlator::new(),
-        analyzer: Analyzer::new(),
-    };
-    let mut child = live::spawn_traced(&mut tracer, &cfg.command)?;
-    eprintln!("Watching for RDMA / TCP fallback... Hit Ctrl-C to end.");
-    live::run(
-        &mut source,
-        &mut watch,
-        cfg.duration,
-        child.as_mut(),
-        Some(&mut sampler),
-    )
-    .await?;
-    let report = watch.analyzer.finish();
-    let mut fallback = false;
-    if !cfg.json {
-        println!("PID     COMM            VERDICT      EVIDENCE");
-    }
-    for p in report
-        .processes
-        .iter()
-        .filter(|p| cfg.pid.is_none_or(|pid| pid == p.stats.pid))
-    {
-        fallback |= p.verdict == Verdict::TcpFallback;
-        if cfg.json {
-            println!("{}", verdict_json(p));
-        } else {
-            println!("{}", verdict_text(p));
-        }
-    }
-    Ok(if fallback {
+    let mut live = Live::start(&opts, cfg.bind_qp_counters)?;
+    let sink = VerdictSink::new(std::io::stdout(), cfg.json, cfg.pid);
+    let mut stage = Stage::new(ClockAnchor::now(), Filter::default(), sink);
+    let mut child = live.spawn(&cfg.command)?;
+    live.run(&mut stage, READY_LINE, cfg.duration, child.as_mut())
+        .await?;
+    let sink = stage.finish().context("cannot write output")?;
+    Ok(if sink.fallback {
         ExitCode::from(FALLBACK_EXIT)
     } else {
         ExitCode::SUCCESS

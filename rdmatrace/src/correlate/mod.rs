@@ -1,6 +1,8 @@
-//! The correlator: pure state over the event stream (no I/O, no clock). It tracks each QP's
-//! state and owner by (device, QPN) and each process's name, and annotates events with what the
-//! kernel record alone cannot say (e.g. the state a QP is leaving).
+//! The correlator: pure state over the event stream (no I/O, no clock). It is the one place
+//! that tracks each QP's life, state and owner by (device, QPN) and each process's name; it
+//! annotates events with what the kernel record alone cannot say (the state a QP is leaving,
+//! the owner of a retransmit sent from softirq) and says what each record changed
+//! ([`QpChange`]), so analysis and timelines follow QPs without tracking them again.
 
 pub mod analysis;
 pub mod filter;
@@ -12,6 +14,9 @@ use crate::event::{Body, CompactString, QpKey, QpState, Record};
 /// What the correlator knows about a live QP.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QpTrack {
+    /// This QP's life among all QPs seen (0, 1, 2... in order of appearance): a (device, QPN)
+    /// reused after a destroy is a new life.
+    pub life: usize,
     pub state: Option<QpState>,
     pub owner_pid: u32,
     pub owner_comm: CompactString,
@@ -20,16 +25,60 @@ pub struct QpTrack {
     pub since_ns: u64,
 }
 
+/// What one record changed in a QP's life (at most one change per record).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QpChange {
+    /// A QP's life starts: created (`state` RESET), or first seen (older than the trace) in
+    /// the kernel's QP table or at a successful modify.
+    Born {
+        key: QpKey,
+        life: usize,
+        state: Option<QpState>,
+        origin: Origin,
+    },
+    /// A QP moved: by its owner's modify, or (`by_driver`) as the kernel's QP table shows it,
+    /// without a modify (a driver moving a QP to ERR after a transport error).
+    State {
+        key: QpKey,
+        life: usize,
+        from: Option<QpState>,
+        to: QpState,
+        by_driver: bool,
+    },
+    /// A QP's life ends: destroyed, or gone from the kernel's QP table.
+    Gone {
+        key: QpKey,
+        life: usize,
+        /// The state it was in.
+        state: Option<QpState>,
+    },
+}
+
+/// Where a QP's life was first seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Its creation.
+    Create,
+    /// A row of the kernel's QP table (owner and state from the kernel).
+    Table,
+    /// A successful modify (the modifier taken as its owner, no table to ask).
+    Modify,
+}
+
 /// Its maps are looked up on every record: they hash with FxHash (keys are kernel ids and
 /// names, not attacker-chosen in a way that matters for a post-processing tool) rather than
 /// SipHash, and are never iterated, so their order cannot reach any output.
 #[derive(Default)]
 pub struct Correlator {
     qps: FxHashMap<QpKey, QpTrack>,
-    /// Destroyed QPs' owners: samples and timers can still arrive after the destroy. A new QP
-    /// with the same (device, QPN) replaces the entry.
-    ended: FxHashMap<QpKey, (u32, CompactString)>,
+    /// Destroyed QPs' lives and owners: samples and timers can still arrive after the
+    /// destroy. A new QP with the same (device, QPN) replaces the entry.
+    ended: FxHashMap<QpKey, (usize, u32, CompactString)>,
     comms: FxHashMap<u32, CompactString>,
+    /// Lives started so far (the next life's number).
+    lives: usize,
+    /// What the last observed record changed.
+    change: Option<QpChange>,
 }
 
 impl Correlator {
@@ -40,6 +89,7 @@ impl Correlator {
     /// Updates state from `rec` and fills in what it can (the current state of a modify whose
     /// caller did not pass `IB_QP_CUR_STATE`).
     pub fn observe(&mut self, rec: &mut Record) {
+        self.change = None;
         // Most records repeat their process's name: write only when it is new or changed.
         if !rec.comm.is_empty()
             && rec.pid != 0
@@ -50,9 +100,11 @@ impl Correlator {
         match &mut rec.body {
             Body::QpCreate { qp, ret } if *ret == 0 => {
                 self.ended.remove(&qp.key);
+                let life = self.born(&qp.key, Some(QpState::Reset), Origin::Create);
                 self.qps.insert(
                     qp.key.clone(),
                     QpTrack {
+                        life,
                         state: Some(QpState::Reset),
                         owner_pid: rec.pid,
                         owner_comm: rec.comm.clone(),
@@ -66,38 +118,75 @@ impl Correlator {
                 if attrs.cur_state.is_none() {
                     attrs.cur_state = track.as_ref().and_then(|t| t.state);
                 }
-                if *ret == 0 {
+                if *ret == 0 && track.is_none() {
+                    // A QP older than the trace, first seen here: its modifier owns it.
+                    if let Some(new) = attrs.new_state {
+                        self.ended.remove(&qp.key);
+                        let life = self.born(&qp.key, Some(new), Origin::Modify);
+                        self.qps.insert(
+                            qp.key.clone(),
+                            QpTrack {
+                                life,
+                                state: Some(new),
+                                owner_pid: rec.pid,
+                                owner_comm: rec.comm.clone(),
+                                qp_type: qp.qp_type,
+                                since_ns: rec.ts_ns,
+                            },
+                        );
+                    }
+                } else if *ret == 0 {
                     if let (Some(track), Some(new)) = (track, attrs.new_state) {
                         if track.state != Some(new) {
+                            self.change = Some(QpChange::State {
+                                key: qp.key.clone(),
+                                life: track.life,
+                                from: track.state,
+                                to: new,
+                                by_driver: false,
+                            });
                             track.state = Some(new);
                             track.since_ns = rec.ts_ns;
                         }
                     }
                 }
             }
-            Body::QpDestroy { qp, ret } if *ret == 0 => {
-                if let Some(t) = self.qps.remove(&qp.key) {
-                    self.ended
-                        .insert(qp.key.clone(), (t.owner_pid, t.owner_comm));
-                }
-            }
+            Body::QpDestroy { qp, ret } if *ret == 0 => self.gone(&qp.key),
+            Body::QpRes(r) if r.change == crate::event::ResChange::Gone => self.gone(&r.qp.key),
             // The kernel's QP table: owners and states of QPs older than the trace, and state
             // changes made by the driver (ERR after a transport error).
-            Body::QpRes(r) if r.change != crate::event::ResChange::Gone => {
-                let track = self.qps.entry(r.qp.key.clone()).or_insert_with(|| QpTrack {
-                    state: r.state,
-                    owner_pid: rec.pid,
-                    owner_comm: rec.comm.clone(),
-                    qp_type: r.qp.qp_type,
-                    since_ns: rec.ts_ns,
-                });
-                if let Some(s) = r.state {
-                    if track.state != Some(s) {
-                        track.state = Some(s);
-                        track.since_ns = rec.ts_ns;
+            Body::QpRes(r) => match self.qps.get_mut(&r.qp.key) {
+                Some(track) => {
+                    if let Some(s) = r.state {
+                        if track.state != Some(s) {
+                            self.change = Some(QpChange::State {
+                                key: r.qp.key.clone(),
+                                life: track.life,
+                                from: track.state,
+                                to: s,
+                                by_driver: true,
+                            });
+                            track.state = Some(s);
+                            track.since_ns = rec.ts_ns;
+                        }
                     }
                 }
-            }
+                None => {
+                    self.ended.remove(&r.qp.key);
+                    let life = self.born(&r.qp.key, r.state, Origin::Table);
+                    self.qps.insert(
+                        r.qp.key.clone(),
+                        QpTrack {
+                            life,
+                            state: r.state,
+                            owner_pid: rec.pid,
+                            owner_comm: rec.comm.clone(),
+                            qp_type: r.qp.qp_type,
+                            since_ns: rec.ts_ns,
+                        },
+                    );
+                }
+            },
             Body::ProcessExit { .. } => {
                 self.comms.remove(&rec.pid);
             }
@@ -127,11 +216,53 @@ impl Correlator {
         }
     }
 
+    /// Numbers a new life and says so.
+    fn born(&mut self, key: &QpKey, state: Option<QpState>, origin: Origin) -> usize {
+        let life = self.lives;
+        self.lives += 1;
+        self.change = Some(QpChange::Born {
+            key: key.clone(),
+            life,
+            state,
+            origin,
+        });
+        life
+    }
+
+    /// A live QP's life ends (destroyed, or gone from the table).
+    fn gone(&mut self, key: &QpKey) {
+        if let Some(t) = self.qps.remove(key) {
+            self.change = Some(QpChange::Gone {
+                key: key.clone(),
+                life: t.life,
+                state: t.state,
+            });
+            self.ended
+                .insert(key.clone(), (t.life, t.owner_pid, t.owner_comm));
+        }
+    }
+
+    /// What the last observed record changed in a QP's life, if anything.
+    pub fn change(&self) -> Option<&QpChange> {
+        self.change.as_ref()
+    }
+
+    /// The life of the live QP with this key, else of the last one that had it.
+    pub fn life(&self, key: &QpKey) -> Option<usize> {
+        match self.qps.get(key) {
+            Some(t) => Some(t.life),
+            None => self.ended.get(key).map(|e| e.0),
+        }
+    }
+
     /// Owner of a live or recently destroyed QP.
     pub fn owner(&self, key: &QpKey) -> Option<(u32, CompactString)> {
         match self.qps.get(key) {
             Some(t) => Some((t.owner_pid, t.owner_comm.clone())),
-            None => self.ended.get(key).cloned(),
+            None => self
+                .ended
+                .get(key)
+                .map(|(_, pid, comm)| (*pid, comm.clone())),
         }
     }
 

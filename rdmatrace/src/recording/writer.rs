@@ -30,14 +30,21 @@ pub struct RecordingWriter<W: Write> {
 }
 
 impl RecordingWriter<File> {
-    /// Creates `path` with mode 0600 (recordings name processes and addresses).
-    pub fn create(path: &Path, header: &Header) -> io::Result<RecordingWriter<File>> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(path)?;
+    /// Creates `path` with mode 0600 (recordings name processes and addresses). An existing
+    /// file is an error (`AlreadyExists`) unless `overwrite`.
+    pub fn create(
+        path: &Path,
+        header: &Header,
+        overwrite: bool,
+    ) -> io::Result<RecordingWriter<File>> {
+        let mut opts = OpenOptions::new();
+        opts.write(true).mode(0o600);
+        if overwrite {
+            opts.create(true).truncate(true);
+        } else {
+            opts.create_new(true);
+        }
+        let file = opts.open(path)?;
         RecordingWriter::new(file, header)
     }
 }

@@ -7,8 +7,10 @@ use serde_json::{json, Map, Value};
 
 use crate::{
     clock::rfc3339,
+    correlate::Correlator,
     event::{access_names, qp_type_name, tcp_state_name, AsyncElement, Body, Record},
-    sinks::{text::gid_text, Sink},
+    format::gid_text,
+    sinks::Sink,
 };
 
 pub struct JsonlSink<W: Write> {
@@ -247,7 +249,7 @@ pub fn to_json(rec: &Record) -> Value {
 }
 
 impl<W: Write> Sink for JsonlSink<W> {
-    fn record(&mut self, rec: &Record) -> io::Result<()> {
+    fn record(&mut self, rec: &Record, _state: &Correlator) -> io::Result<()> {
         serde_json::to_writer(&mut self.out, &to_json(rec))?;
         self.out.write_all(b"\n")?;
         self.out.flush()

@@ -1,13 +1,21 @@
 //! The post-mortem report (`rdmatrace report`) and verdict lines (`rdmatrace verdict`), as text
-//! and as JSON. Rendering only: the analysis is in `correlate::analysis`.
+//! and as JSON: [`ReportSink`] and [`VerdictSink`] feed the analysis (`correlate::analysis`)
+//! and render its report at the end.
+
+use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
 use crate::{
     clock::{hms_millis, rfc3339},
-    correlate::analysis::{ProcReport, Report},
+    correlate::{
+        analysis::{Analyzer, ProcReport, Report, Verdict},
+        Correlator,
+    },
     event::qp_type_name,
-    sinks::text::gid_text,
+    event::Record,
+    format::{gid_text, secs},
+    sinks::Sink,
 };
 
 /// Where a report comes from.
@@ -15,10 +23,6 @@ use crate::{
 pub struct Source {
     pub hostname: String,
     pub kernel: String,
-}
-
-fn secs(ns: u64) -> String {
-    format!("{:.1}s", ns as f64 / 1e9)
 }
 
 pub fn verdict_json(p: &ProcReport) -> Value {
@@ -217,4 +221,89 @@ pub fn to_json(r: &Report, src: &Source) -> Value {
         v["data"]["lost_per_cpu"] = Value::Object(per_cpu);
     }
     v
+}
+
+/// `report`: the whole report of one recording, text or JSON, written at the end.
+pub struct ReportSink<W: Write> {
+    out: W,
+    json: bool,
+    src: Source,
+    analyzer: Analyzer,
+}
+
+impl<W: Write> ReportSink<W> {
+    pub fn new(out: W, json: bool, src: Source) -> ReportSink<W> {
+        ReportSink {
+            out,
+            json,
+            src,
+            analyzer: Analyzer::new(),
+        }
+    }
+}
+
+impl<W: Write> Sink for ReportSink<W> {
+    fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
+        self.analyzer.push(rec, state);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        let report = std::mem::take(&mut self.analyzer).finish();
+        if self.json {
+            writeln!(self.out, "{}", to_json(&report, &self.src))?;
+        } else {
+            write!(self.out, "{}", text(&report, &self.src))?;
+        }
+        self.out.flush()
+    }
+}
+
+/// `verdict`: one verdict per process (only `pid`'s when given), text or JSON, at the end.
+pub struct VerdictSink<W: Write> {
+    out: W,
+    json: bool,
+    pid: Option<u32>,
+    analyzer: Analyzer,
+    /// Whether a watched process fell back to TCP (known after `finish`).
+    pub fallback: bool,
+}
+
+impl<W: Write> VerdictSink<W> {
+    pub fn new(out: W, json: bool, pid: Option<u32>) -> VerdictSink<W> {
+        VerdictSink {
+            out,
+            json,
+            pid,
+            analyzer: Analyzer::new(),
+            fallback: false,
+        }
+    }
+}
+
+impl<W: Write> Sink for VerdictSink<W> {
+    fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
+        self.analyzer.push(rec, state);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        let report = std::mem::take(&mut self.analyzer).finish();
+        if !self.json {
+            writeln!(self.out, "PID     COMM            VERDICT      EVIDENCE")?;
+        }
+        for p in report
+            .processes
+            .iter()
+            .filter(|p| self.pid.is_none_or(|pid| pid == p.stats.pid))
+        {
+            self.fallback |= p.verdict == Verdict::TcpFallback;
+            if self.json {
+                writeln!(self.out, "{}", verdict_json(p))?;
+            } else {
+                writeln!(self.out, "{}", verdict_text(p))?;
+            }
+        }
+        self.out.flush()
+    }
 }

@@ -5,10 +5,12 @@ use std::io::{self, Write};
 
 use crate::{
     clock::hms_millis,
+    correlate::Correlator,
     event::{
         access_names, mtu_bytes, qp_type_name, tcp_state_name, AsyncElement, Body, ModifyAttrs,
         Record,
     },
+    format::{errno_text, exit_text, gid_text},
     sinks::Sink,
 };
 
@@ -29,15 +31,6 @@ pub const HEADER: &str = "TIME(UTC)    PID     COMM            DEV    QPN      E
 
 fn state_name(s: Option<crate::event::QpState>) -> &'static str {
     s.map_or("?", |s| s.name())
-}
-
-/// IPv4-mapped GIDs (RoCEv2 over IPv4) as dotted quads, others as IPv6 text.
-pub fn gid_text(gid: &[u8; 16]) -> String {
-    let v6 = std::net::Ipv6Addr::from(*gid);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => v4.to_string(),
-        None => v6.to_string(),
-    }
 }
 
 fn modify_details(a: &ModifyAttrs, ret: i32) -> String {
@@ -73,30 +66,6 @@ fn modify_details(a: &ModifyAttrs, ret: i32) -> String {
         d = format!("FAILED {} {d}", errno_text(ret));
     }
     d
-}
-
-/// `-22` -> `-22 (EINVAL)`.
-pub fn errno_text(ret: i32) -> String {
-    // checked: a corrupt or crafted record can hold i32::MIN (found by fuzzing).
-    let name = match ret.checked_neg().unwrap_or(0) {
-        1 => "EPERM",
-        2 => "ENOENT",
-        5 => "EIO",
-        11 => "EAGAIN",
-        12 => "ENOMEM",
-        13 => "EACCES",
-        14 => "EFAULT",
-        16 => "EBUSY",
-        19 => "ENODEV",
-        22 => "EINVAL",
-        28 => "ENOSPC",
-        38 => "ENOSYS",
-        61 => "ENODATA",
-        95 => "EOPNOTSUPP",
-        110 => "ETIMEDOUT",
-        _ => return ret.to_string(),
-    };
-    format!("{ret} ({name})")
 }
 
 /// One output line (without newline) for `rec`.
@@ -288,47 +257,18 @@ fn resource_line(r: &crate::event::Resource) -> (&'static str, String) {
     (if r.added { add } else { del }, d)
 }
 
-/// wait(2) status as `code N` or `signal NAME`.
-pub fn exit_text(status: i32) -> String {
-    let sig = status & 0x7f;
-    if sig == 0 {
-        format!("code {}", (status >> 8) & 0xff)
-    } else {
-        let core = if status & 0x80 != 0 {
-            " (core dumped)"
-        } else {
-            ""
-        };
-        format!("signal {sig}{core}")
-    }
-}
-
 impl<W: Write> Sink for TextSink<W> {
     fn start(&mut self) -> io::Result<()> {
         writeln!(self.out, "{HEADER}")?;
         self.out.flush()
     }
 
-    fn record(&mut self, rec: &Record) -> io::Result<()> {
+    fn record(&mut self, rec: &Record, _state: &Correlator) -> io::Result<()> {
         writeln!(self.out, "{}", line(rec))?;
         self.out.flush()
     }
 
     fn finish(&mut self) -> io::Result<()> {
         self.out.flush()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::errno_text;
-
-    #[test]
-    fn errno_text_names_known_errors_and_survives_any_value() {
-        assert_eq!(errno_text(-22), "-22 (EINVAL)");
-        assert_eq!(errno_text(-9999), "-9999");
-        assert_eq!(errno_text(22), "22");
-        // Negating i32::MIN overflows: once a panic on a crafted recording.
-        assert_eq!(errno_text(i32::MIN), i32::MIN.to_string());
     }
 }

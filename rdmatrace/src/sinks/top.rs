@@ -2,12 +2,21 @@
 //! it each live QP with state, rates, retransmits and peer. Pure: two reports (this frame and
 //! the previous one) and the time between them in, text out.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    io::{self, Write},
+    time::{Duration, Instant},
+};
 
 use crate::{
     clock::rfc3339,
-    correlate::analysis::{mib, ProcReport, QpLife, Report},
-    event::{qp_type_name, QpKey},
+    correlate::{
+        analysis::{Analyzer, ProcReport, QpLife, Report},
+        Correlator,
+    },
+    event::{qp_type_name, QpKey, Record},
+    format::size,
+    sinks::Sink,
 };
 
 /// What a frame needs besides the two reports.
@@ -25,7 +34,7 @@ fn rate(now: u64, before: u64, secs: f64) -> String {
         return "-".into();
     }
     let per = (now.saturating_sub(before) as f64 / secs) as u64;
-    format!("{}/s", mib(per))
+    format!("{}/s", size(per))
 }
 
 fn proc_bytes(p: &ProcReport) -> (u64, u64, u64, u64) {
@@ -136,37 +145,134 @@ pub fn render(f: &Frame<'_>) -> String {
     out
 }
 
+/// `top`: the analysis of everything seen so far, drawn as a frame every `interval` (on the
+/// live tick), with rates against the previous frame.
+pub struct TopSink<W: Write> {
+    out: W,
+    analyzer: Analyzer,
+    interval: Duration,
+    /// Frames one after another (`--batch`) instead of redrawing the screen.
+    batch: bool,
+    max_procs: usize,
+    /// Stop after this many frames.
+    iterations: Option<u64>,
+    prev: Option<(Report, Instant)>,
+    last_frame: Instant,
+    frames: u64,
+}
+
+impl<W: Write> TopSink<W> {
+    pub fn new(
+        out: W,
+        interval: Duration,
+        batch: bool,
+        max_procs: usize,
+        iterations: Option<u64>,
+    ) -> TopSink<W> {
+        TopSink {
+            out,
+            analyzer: Analyzer::new(),
+            interval,
+            batch,
+            max_procs,
+            iterations,
+            prev: None,
+            last_frame: Instant::now(),
+            frames: 0,
+        }
+    }
+
+    fn frame(&mut self) -> io::Result<()> {
+        let now = Instant::now();
+        let report = self.analyzer.clone().finish();
+        let secs = self
+            .prev
+            .as_ref()
+            .map_or(0.0, |(_, t)| now.duration_since(*t).as_secs_f64());
+        let text = render(&Frame {
+            now: &report,
+            prev: self.prev.as_ref().map(|(r, _)| r),
+            secs,
+            max_procs: self.max_procs,
+        });
+        if self.batch {
+            writeln!(self.out, "{text}")?;
+        } else {
+            // Home, clear screen: a fresh frame as top(1) draws it.
+            write!(self.out, "\x1b[H\x1b[2J{text}")?;
+        }
+        self.out.flush()?;
+        self.prev = Some((report, now));
+        self.last_frame = now;
+        self.frames += 1;
+        Ok(())
+    }
+}
+
+impl<W: Write> Sink for TopSink<W> {
+    fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
+        self.analyzer.push(rec, state);
+        Ok(())
+    }
+
+    fn tick(&mut self) -> io::Result<()> {
+        if self.last_frame.elapsed() + Duration::from_millis(50) >= self.interval {
+            self.frame()?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    fn done(&self) -> bool {
+        self.iterations.is_some_and(|n| self.frames >= n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{commands::replay::Replay, correlate::analysis::Analyzer};
+    use crate::{correlate::filter::Filter, event::Body};
+
+    /// Takes the two reports of the golden frame while the fixture replays.
+    #[derive(Default)]
+    struct Frames {
+        analyzer: Analyzer,
+        prev: Option<(Report, u64)>,
+        now: Option<(Report, u64)>,
+    }
+
+    impl Sink for Frames {
+        fn record(&mut self, r: &Record, state: &Correlator) -> io::Result<()> {
+            if self.prev.is_none() && matches!(r.body, Body::Retransmit(_)) {
+                self.prev = Some((self.analyzer.clone().finish(), r.ts_ns));
+            }
+            if self.now.is_none() && matches!(r.body, Body::QpDestroy { .. }) {
+                self.now = Some((self.analyzer.clone().finish(), r.ts_ns));
+            }
+            self.analyzer.push(r, state);
+            Ok(())
+        }
+        fn finish(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
 
     /// A frame of a lab recording (ib_write_bw under netem loss): the previous frame just
     /// before the first retransmit, this one just before the QPs are destroyed.
     #[test]
     fn top_frame_of_a_lossy_transfer_golden() {
-        use crate::event::Body;
         let path = std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../tests/fixtures/lab-loss.rdmt"
         ));
-        let replay = Replay::open(path).expect("fixture");
-        let mut records = Vec::new();
-        let seen = replay.run(|r| records.push(r.clone()));
+        let (frames, _, seen) =
+            crate::replay::file(path, Filter::default(), |_| Frames::default()).expect("fixture");
         assert!(seen.problems.is_empty());
-        let mut a = Analyzer::new();
-        let (mut prev, mut now) = (None, None);
-        for r in &records {
-            if prev.is_none() && matches!(r.body, Body::Retransmit(_)) {
-                prev = Some((a.clone().finish(), r.ts_ns));
-            }
-            if now.is_none() && matches!(r.body, Body::QpDestroy { .. }) {
-                now = Some((a.clone().finish(), r.ts_ns));
-            }
-            a.push(r);
-        }
-        let (prev, t0) = prev.expect("a retransmit in the fixture");
-        let (now, t1) = now.expect("a destroy in the fixture");
+        let (prev, t0) = frames.prev.expect("a retransmit in the fixture");
+        let (now, t1) = frames.now.expect("a destroy in the fixture");
         let frame = render(&Frame {
             now: &now,
             prev: Some(&prev),

@@ -20,12 +20,7 @@ use super::{
     maps::{self, Mapping},
     stack_addrs, SymbolName, KERNEL_PID,
 };
-use crate::{
-    clock::ClockAnchor,
-    decode::{decode, peek},
-    event::UNKNOWN_FRAME,
-};
-use rdmatrace_common::event::EventKind;
+use crate::event::{Body, Record, UNKNOWN_FRAME};
 
 pub struct Resolver {
     symbolizer: Symbolizer,
@@ -55,29 +50,21 @@ impl Resolver {
         }
     }
 
-    /// The names a raw ring-buffer record needs that were not given before (in the order to
-    /// record them, before the record itself). An exec drops what was known of that process.
-    pub fn names_for(&mut self, bytes: &[u8]) -> Vec<SymbolName> {
-        match peek(bytes) {
-            Some((EventKind::VerbsCall | EventKind::CpuSample, _)) => {}
-            Some((EventKind::ProcessExec, pid)) => {
-                self.forget(pid);
-                // Read the new program's mappings now: a short-lived process may be gone by
-                // the time its first stack is handled, and its own code (where the callers
-                // of interest live) is mapped from exec on. Libraries mapped later are added
-                // when a stack needs them, while the process lives.
-                if let Some(m) = maps::read(pid) {
-                    self.maps.insert(pid, m);
-                }
-                return Vec::new();
+    /// The names a decoded record needs that were not given before (in the order to record
+    /// them, before the record itself). An exec drops what was known of that process.
+    pub fn names_for(&mut self, rec: &Record) -> Vec<SymbolName> {
+        if let Body::ProcessExec { .. } = rec.body {
+            self.forget(rec.pid);
+            // Read the new program's mappings now: a short-lived process may be gone by the
+            // time its first stack is handled, and its own code (where the callers of interest
+            // live) is mapped from exec on. Libraries mapped later are added when a stack needs
+            // them, while the process lives.
+            if let Some(m) = maps::read(rec.pid) {
+                self.maps.insert(rec.pid, m);
             }
-            _ => return Vec::new(),
+            return Vec::new();
         }
-        let Some((pid, user, kernel)) = decode(bytes, &ClockAnchor::fixed(0))
-            .ok()
-            .as_ref()
-            .and_then(stack_addrs)
-        else {
+        let Some((pid, user, kernel)) = stack_addrs(rec) else {
             return Vec::new();
         };
         let mut out = self.user(pid, &user);

@@ -107,13 +107,14 @@ fn resolver_names_this_process_and_says_unknown_for_the_rest() {
             std::mem::size_of::<VerbsCallEvent>(),
         )
     };
+    let rec = crate::decode::decode(bytes, &crate::clock::ClockAnchor::fixed(0)).expect("decodes");
     let mut r = Resolver::new();
-    let names = r.names_for(bytes);
+    let names = r.names_for(&rec);
     let by_addr = |a: u64| names.iter().find(|n| n.addr == a).map(|n| n.name.as_str());
     assert_eq!(by_addr(here + 1), Some("rdmatrace_symbolize_probe_target"));
     assert_eq!(by_addr(8), Some("[unknown]"));
     assert_eq!(by_addr(0x1234), None);
     assert!(names.iter().all(|n| n.pid == pid));
     // Named once: the same stack again needs nothing new.
-    assert!(r.names_for(bytes).is_empty());
+    assert!(r.names_for(&rec).is_empty());
 }

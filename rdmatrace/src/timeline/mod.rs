@@ -20,10 +20,10 @@
 pub mod chrome;
 pub mod perfetto;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::{
-    correlate::analysis::Anomaly,
+    correlate::{analysis::Anomaly, Correlator, QpChange},
     event::{qp_type_name, AsyncElement, Body, QpKey, QpState, Record},
 };
 
@@ -202,8 +202,6 @@ struct HostAcc {
     info: HostInfo,
     procs: BTreeMap<u32, ProcAcc>,
     instants: Vec<(u64, What)>,
-    /// Live QPs and the pid whose track they are drawn under.
-    owners: HashMap<QpKey, u32>,
     last_wall: u64,
 }
 
@@ -240,14 +238,13 @@ impl TimelineBuilder {
             },
             procs: BTreeMap::new(),
             instants: Vec::new(),
-            owners: HashMap::new(),
             last_wall: 0,
         });
         self.hosts.len() - 1
     }
 
-    /// Adds one correlated record of host `host`.
-    pub fn push(&mut self, host: usize, rec: &Record) {
+    /// Adds one record of host `host`, after `state` (that host's correlator) observed it.
+    pub fn push(&mut self, host: usize, rec: &Record, state: &Correlator) {
         let Some(h) = self.hosts.get_mut(host) else {
             return;
         };
@@ -265,32 +262,40 @@ impl TimelineBuilder {
                 p.comm = comm.to_string();
             }
         }
+        // QP slices follow the correlator's account of each QP's life.
+        match state.change() {
+            Some(QpChange::Born { key, state: st, .. }) => {
+                if let (Some(owner), Some(st)) = (state.qp(key), st) {
+                    if owner.owner_pid != 0 {
+                        let p = h.procs.entry(owner.owner_pid).or_default();
+                        if p.comm.is_empty() {
+                            p.comm = owner.owner_comm.to_string();
+                        }
+                        let q = p.qps.entry(key.clone()).or_default();
+                        q.qp_type = owner.qp_type;
+                        if !q.states.is_empty() {
+                            q.close(wall);
+                        }
+                        q.enter(wall, *st);
+                    }
+                }
+            }
+            Some(QpChange::State { key, to, .. }) => {
+                if let Some(owner) = state.qp(key) {
+                    let p = h.procs.entry(owner.owner_pid).or_default();
+                    p.qps.entry(key.clone()).or_default().enter(wall, *to);
+                }
+            }
+            Some(QpChange::Gone { key, .. }) => {
+                if let Some((owner, _)) = state.owner(key) {
+                    if let Some(q) = h.procs.get_mut(&owner).and_then(|p| p.qps.get_mut(key)) {
+                        q.close(wall);
+                    }
+                }
+            }
+            None => {}
+        }
         match &rec.body {
-            Body::QpCreate { qp, ret: 0 } => {
-                h.owners.insert(qp.key.clone(), pid);
-                let p = h.procs.entry(pid).or_default();
-                let q = p.qps.entry(qp.key.clone()).or_default();
-                q.qp_type = qp.qp_type;
-                if !q.states.is_empty() {
-                    q.close(wall);
-                }
-                q.enter(wall, QpState::Reset);
-            }
-            Body::QpModify { qp, attrs, ret: 0 } => {
-                let owner = *h.owners.entry(qp.key.clone()).or_insert(pid);
-                let p = h.procs.entry(owner).or_default();
-                let q = p.qps.entry(qp.key.clone()).or_default();
-                q.qp_type = qp.qp_type;
-                if let Some(new) = attrs.new_state {
-                    q.enter(wall, new);
-                }
-            }
-            Body::QpDestroy { qp, ret: 0 } => {
-                let owner = h.owners.remove(&qp.key).unwrap_or(pid);
-                if let Some(q) = h.procs.get_mut(&owner).and_then(|p| p.qps.get_mut(&qp.key)) {
-                    q.close(wall);
-                }
-            }
             Body::ProcessExec { ppid } => {
                 let p = h.procs.entry(pid).or_default();
                 p.instants.push((
@@ -306,7 +311,7 @@ impl TimelineBuilder {
                         "exit",
                         "process",
                         vec![
-                            ("status", s(crate::sinks::text::exit_text(*exit_code))),
+                            ("status", s(crate::format::exit_text(*exit_code))),
                             ("wait_status", Arg::Int((*exit_code).into())),
                         ],
                     ),

@@ -3,6 +3,32 @@ use crate::event::{
     CmEvent, ModifyAttrs, QpInfo, QpTrafficDelta, Retransmit, TcpBytesDelta, Transport,
 };
 
+/// The builder as the timeline sink drives it: each host's records observed by that host's
+/// correlator first.
+#[derive(Default)]
+struct Builder {
+    b: TimelineBuilder,
+    states: Vec<crate::correlate::Correlator>,
+}
+
+impl Builder {
+    fn host(&mut self, name: &str, kernel: &str, offset: i64) -> usize {
+        self.states.push(crate::correlate::Correlator::new());
+        self.b.host(name, kernel, offset)
+    }
+    fn push(&mut self, h: usize, rec: &Record) {
+        let mut rec = rec.clone();
+        self.states[h].observe(&mut rec);
+        self.b.push(h, &rec, &self.states[h]);
+    }
+    fn anomalies(&mut self, h: usize, a: &[Anomaly]) {
+        self.b.anomalies(h, a);
+    }
+    fn finish(self) -> Timeline {
+        self.b.finish()
+    }
+}
+
 const T0: u64 = 1_700_000_000_000_000_000;
 const MONO0: u64 = 5_000_000_000;
 
@@ -68,7 +94,7 @@ fn track_named<'a>(tl: &'a Timeline, name: &str) -> &'a Track {
 
 #[test]
 fn qp_states_become_back_to_back_slices_until_destroy() {
-    let mut b = TimelineBuilder::new();
+    let mut b = Builder::default();
     let h = b.host("h1", "6.12", 0);
     b.push(
         h,
@@ -129,7 +155,7 @@ fn qp_states_become_back_to_back_slices_until_destroy() {
 
 #[test]
 fn open_qps_end_with_the_recording_and_unknown_qps_start_at_first_modify() {
-    let mut b = TimelineBuilder::new();
+    let mut b = Builder::default();
     let h = b.host("h1", "6.12", 0);
     // Created before the trace started: first seen in a modify.
     b.push(h, &modify(100, 10, 0x20, QpState::Err));
@@ -141,7 +167,7 @@ fn open_qps_end_with_the_recording_and_unknown_qps_start_at_first_modify() {
 
 #[test]
 fn failed_modifies_do_not_change_state() {
-    let mut b = TimelineBuilder::new();
+    let mut b = Builder::default();
     let h = b.host("h1", "6.12", 0);
     b.push(
         h,
@@ -179,7 +205,7 @@ fn failed_modifies_do_not_change_state() {
 
 #[test]
 fn counters_are_per_second_rates_that_drop_to_zero() {
-    let mut b = TimelineBuilder::new();
+    let mut b = Builder::default();
     let h = b.host("h1", "6.12", 0);
     let traffic = |ms, bytes| {
         rec(
@@ -257,7 +283,7 @@ fn counters_are_per_second_rates_that_drop_to_zero() {
 
 #[test]
 fn cm_and_anomaly_instants_land_on_the_qp_track() {
-    let mut b = TimelineBuilder::new();
+    let mut b = Builder::default();
     let h = b.host("h1", "6.12", 0);
     b.push(
         h,
@@ -337,7 +363,7 @@ fn cm_and_anomaly_instants_land_on_the_qp_track() {
 
 #[test]
 fn hosts_get_their_own_trees_and_unique_uuids() {
-    let mut b = TimelineBuilder::new();
+    let mut b = Builder::default();
     let a = b.host("a", "6.12", 0);
     let c = b.host("b", "6.12", 0);
     b.push(
@@ -387,7 +413,7 @@ fn hosts_get_their_own_trees_and_unique_uuids() {
 
 #[test]
 fn perfetto_slices_nest_in_order_on_equal_timestamps() {
-    let mut b = TimelineBuilder::new();
+    let mut b = Builder::default();
     let h = b.host("h1", "6.12", 0);
     b.push(
         h,

@@ -1,5 +1,24 @@
 use super::*;
+use crate::correlate::Correlator;
 use crate::event::{ModifyAttrs, QpInfo, QpTrafficDelta, Resource, TcpBytesDelta};
+
+/// The analysis as the stage drives it: each record observed by the correlator first.
+#[derive(Default)]
+struct Analysis {
+    state: Correlator,
+    analyzer: Analyzer,
+}
+
+impl Analysis {
+    fn push(&mut self, rec: &Record) {
+        let mut rec = rec.clone();
+        self.state.observe(&mut rec);
+        self.analyzer.push(&rec, &self.state);
+    }
+    fn finish(self) -> Report {
+        self.analyzer.finish()
+    }
+}
 
 fn rec(pid: u32, comm: &str, ts: u64, body: Body) -> Record {
     Record {
@@ -74,7 +93,7 @@ fn verdict_of(r: &Report, pid: u32) -> Verdict {
 
 #[test]
 fn opened_rdma_but_moved_data_over_tcp_is_a_fallback() {
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     a.push(&rec(1, "app", 1, ctx(1)));
     a.push(&rec(
         1,
@@ -105,7 +124,7 @@ fn opened_rdma_but_moved_data_over_tcp_is_a_fallback() {
 #[test]
 fn rdma_with_a_small_tcp_control_channel_is_rdma_and_big_tcp_makes_it_mixed() {
     let run = |tcp_bytes: u64| {
-        let mut a = Analyzer::new();
+        let mut a = Analysis::default();
         a.push(&rec(
             1,
             "app",
@@ -128,7 +147,7 @@ fn rdma_with_a_small_tcp_control_channel_is_rdma_and_big_tcp_makes_it_mixed() {
 
 #[test]
 fn never_touching_rdma_is_tcp_and_a_qp_stuck_in_rtr_is_an_anomaly() {
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     a.push(&rec(2, "curl", 1, tcp(5 << 20)));
     a.push(&rec(
         3,
@@ -164,7 +183,7 @@ fn never_touching_rdma_is_tcp_and_a_qp_stuck_in_rtr_is_an_anomaly() {
 
 #[test]
 fn illegal_transitions_are_named_as_the_likely_cause() {
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     a.push(&rec(
         1,
         "app",
@@ -198,7 +217,7 @@ fn illegal_transitions_are_named_as_the_likely_cause() {
     );
 }
 
-fn rts_qp(a: &mut Analyzer, pid: u32, qpn: u32) {
+fn rts_qp(a: &mut Analysis, pid: u32, qpn: u32) {
     a.push(&rec(
         pid,
         "app",
@@ -216,7 +235,7 @@ fn rts_qp(a: &mut Analyzer, pid: u32, qpn: u32) {
 #[test]
 fn a_receive_only_rdma_side_is_rdma_not_idle() {
     // The target of RDMA writes sends only acks: its data arrives.
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     rts_qp(&mut a, 7, 0x11);
     let mut t = traffic(0x11, 7, 0);
     if let Body::QpTraffic(d) = &mut t {
@@ -232,7 +251,7 @@ fn a_receive_only_rdma_side_is_rdma_not_idle() {
 #[test]
 fn error_completions_are_one_anomaly_per_qp_and_status_and_all_counted() {
     use crate::event::WcError;
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     rts_qp(&mut a, 7, 0x11);
     let wc = |status: &str| {
         Body::WcError(WcError {
@@ -282,7 +301,7 @@ fn res_row(qpn: u32, state: QpState, change: crate::event::ResChange) -> Body {
 #[test]
 fn a_qp_older_than_the_trace_is_accounted_from_the_qp_table() {
     use crate::event::ResChange;
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     a.push(&rec(
         7,
         "old",
@@ -307,7 +326,7 @@ fn a_qp_older_than_the_trace_is_accounted_from_the_qp_table() {
 #[test]
 fn a_driver_moving_a_qp_to_err_is_an_anomaly_with_the_completion_that_caused_it() {
     use crate::event::{ResChange, WcError};
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     a.push(&rec(
         5,
         "mover",
@@ -364,7 +383,7 @@ fn a_driver_moving_a_qp_to_err_is_an_anomaly_with_the_completion_that_caused_it(
 #[test]
 fn per_qp_counters_blame_the_qp_owner() {
     use crate::event::QpCounterDelta;
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     a.push(&rec(
         9,
         "app",
@@ -400,7 +419,7 @@ fn per_qp_counters_blame_the_qp_owner() {
 
 #[test]
 fn a_failed_rtr_with_a_path_mtu_above_the_port_mtu_says_so() {
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     a.push(&rec(
         0,
         "",
@@ -493,7 +512,7 @@ fn ports_going_down_and_devices_going_away_are_anomalies() {
             netdev: "eth1".into(),
         })
     };
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     a.push(&rec(0, "", 1, port("DOWN")));
     a.push(&rec(0, "", 2, port("ACTIVE")));
     a.push(&rec(0, "", 3, port("DOWN")));
@@ -522,7 +541,7 @@ fn ports_going_down_and_devices_going_away_are_anomalies() {
 
 #[test]
 fn losses_are_totalled_per_cpu_when_the_cpu_is_known() {
-    let mut a = Analyzer::new();
+    let mut a = Analysis::default();
     let lost = |count, cpu| Body::Lost { count, cpu };
     a.push(&rec(0, "", 10, lost(3, Some(1))));
     a.push(&rec(0, "", 20, lost(4, Some(0))));

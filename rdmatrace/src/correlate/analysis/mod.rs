@@ -1,0 +1,327 @@
+//! The analysis behind `report`, `verdict` and `top`: per-process and per-QP accounts,
+//! retransmit blame and anomalies, built from correlated records. Pure: no I/O, no clock; feed
+//! it each record with the correlator that annotated it ([`Analyzer::push`]) and call
+//! [`Analyzer::finish`]. QP state and ownership are the correlator's: this module reads them.
+//!
+//! By concern: [`verdict`] (is it RDMA?), [`qps`] (QP accounting), [`blame`] (retransmits),
+//! [`anomalies`] (what went wrong).
+
+pub mod anomalies;
+pub mod blame;
+pub mod qps;
+pub mod verdict;
+
+use std::collections::BTreeMap;
+
+pub use anomalies::Anomaly;
+pub use blame::{BlameRow, RETRANSMIT_COUNTERS};
+pub use qps::{QpLife, STUCK_NS};
+pub use verdict::{ProcStats, Verdict, TCP_DATA_THRESHOLD};
+
+use crate::{
+    correlate::{Correlator, Origin, QpChange},
+    event::{Body, CompactString, QpKey, QpState, Record, ResType},
+};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcReport {
+    pub stats: ProcStats,
+    pub verdict: Verdict,
+    pub evidence: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub first_wall_ns: u64,
+    pub last_wall_ns: u64,
+    pub events: u64,
+    pub lost: u64,
+    /// The lost events whose CPU is known (recordings from version 3, live runs), per CPU.
+    pub lost_per_cpu: BTreeMap<u32, u64>,
+    pub processes: Vec<ProcReport>,
+    pub qps: Vec<QpLife>,
+    pub blame: Vec<BlameRow>,
+    /// Per-port counter totals that speak of retransmission, for attribution that is only
+    /// per port (no per-QP source).
+    pub port_counters: Vec<(CompactString, u32, String, u64)>,
+    pub anomalies: Vec<Anomaly>,
+}
+
+/// Cloneable so a live view (`top`) can take a report now and keep accumulating.
+#[derive(Clone, Default)]
+pub struct Analyzer {
+    procs: BTreeMap<u32, ProcStats>,
+    book: qps::QpBook,
+    blame: blame::Blame,
+    anomalies: anomalies::Anomalies,
+    traffic_measured: bool,
+    first_wall_ns: u64,
+    last_wall_ns: u64,
+    last_ts_ns: u64,
+    events: u64,
+    lost: u64,
+    lost_per_cpu: BTreeMap<u32, u64>,
+}
+
+impl Analyzer {
+    pub fn new() -> Analyzer {
+        Analyzer::default()
+    }
+
+    fn proc(&mut self, pid: u32, comm: &str) -> &mut ProcStats {
+        let p = self.procs.entry(pid).or_insert_with(|| ProcStats {
+            pid,
+            ..Default::default()
+        });
+        if !comm.is_empty() && p.comm != comm {
+            p.comm = comm.into();
+        }
+        p
+    }
+
+    /// One record, after `state` observed it (owners filled in, its QP change known).
+    pub fn push(&mut self, rec: &Record, state: &Correlator) {
+        self.events += 1;
+        if self.first_wall_ns == 0 {
+            self.first_wall_ns = rec.wall_ns;
+        }
+        self.last_wall_ns = self.last_wall_ns.max(rec.wall_ns);
+        self.last_ts_ns = self.last_ts_ns.max(rec.ts_ns);
+        if let Some(change) = state.change() {
+            self.qp_change(rec, change);
+        }
+        match &rec.body {
+            Body::QpCreate { ret, .. } if *ret != 0 => self.anomalies.create_failed(rec, *ret),
+            Body::QpModify { qp, attrs, ret } if *ret != 0 => {
+                if let Some(q) = self.book.live_mut(&qp.key, state) {
+                    q.failed_modifies += 1;
+                }
+                self.anomalies.modify_failed(rec, &qp.key.dev, attrs, *ret);
+            }
+            Body::QpModify { qp, attrs, .. } => {
+                self.anomalies.modified(rec, &qp.key.dev, attrs);
+                if let Some(q) = self.book.live_mut(&qp.key, state) {
+                    if let Some(d) = attrs.dest_qpn {
+                        q.peer_qpn = Some(d);
+                    }
+                    if let Some(g) = attrs.dgid {
+                        q.peer_gid = Some(g);
+                    }
+                }
+            }
+            Body::QpRes(r) if r.state.is_some() => {
+                if let Some(q) = self.book.live_mut(&r.qp.key, state) {
+                    if q.peer_qpn.is_none() {
+                        q.peer_qpn = r.rqpn;
+                    }
+                }
+            }
+            Body::Resource(r) if r.added && r.res_type == ResType::Ctx && r.owner_pid != 0 => {
+                let p = self.proc(r.owner_pid, &r.owner_comm);
+                p.ctx_opens += 1;
+                if !p.devices.contains(&r.dev) {
+                    p.devices.push(r.dev.clone());
+                }
+            }
+            Body::ProcessExit { exit_code, .. } => {
+                if let Some(p) = self.procs.get_mut(&rec.pid) {
+                    p.exit_code = Some(*exit_code);
+                }
+            }
+            Body::TcpBytes(t) => {
+                let p = self.proc(rec.pid, &rec.comm);
+                p.tcp_tx_bytes += t.tx_bytes;
+                p.tcp_rx_bytes += t.rx_bytes;
+                p.tcp_calls += t.tx_calls + t.rx_calls;
+            }
+            Body::QpTraffic(t) => {
+                self.traffic_measured = true;
+                if let Some(q) = self.book.latest_mut(&t.qp.key, state) {
+                    q.tx_bytes += t.tx_bytes;
+                    q.tx_packets += t.tx_packets;
+                    q.rx_bytes += t.rx_bytes;
+                    q.rx_packets += t.rx_packets;
+                }
+                if t.owner_pid != 0 {
+                    let p = self.proc(t.owner_pid, &t.owner_comm);
+                    p.rdma_tx_bytes += t.tx_bytes;
+                    p.rdma_tx_packets += t.tx_packets;
+                    p.rdma_rx_bytes += t.rx_bytes;
+                    p.rdma_rx_packets += t.rx_packets;
+                }
+            }
+            Body::WcError(w) => {
+                self.anomalies.wc_error(rec, w);
+                if let Some(q) = self.book.latest_mut(&w.qp, state) {
+                    q.wc_errors += 1;
+                }
+                if w.owner_pid != 0 {
+                    self.proc(w.owner_pid, &w.owner_comm).wc_errors += 1;
+                }
+            }
+            Body::Retransmit(r) => {
+                let is_rdma = self.blame.retransmit(r);
+                if let Some(q) =
+                    r.qp.as_ref()
+                        .and_then(|qp| self.book.latest_mut(&qp.key, state))
+                {
+                    q.retransmits += 1;
+                }
+                if r.owner_pid != 0 {
+                    let p = self.proc(r.owner_pid, &r.owner_comm);
+                    if is_rdma {
+                        p.retrans_rdma += 1;
+                    } else {
+                        p.retrans_tcp += 1;
+                    }
+                }
+            }
+            Body::QpCounter(c) if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) && c.delta > 0 => {
+                let owner = c.qpns.first().and_then(|q| {
+                    let key = QpKey {
+                        dev: c.dev.clone(),
+                        qpn: *q,
+                    };
+                    self.book
+                        .latest_mut(&key, state)
+                        .map(|l| (l.owner_pid, l.owner_comm.clone()))
+                });
+                let (pid, comm) = match (rec.pid, owner) {
+                    (0, Some(o)) => o,
+                    (p, _) => (p, rec.comm.clone()),
+                };
+                if pid != 0 {
+                    self.proc(pid, &comm).retrans_rdma += c.delta;
+                }
+                self.blame.qp_counter(c, pid, comm);
+            }
+            Body::Counter(c) if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) => {
+                self.blame.port_counter(c);
+            }
+            Body::Port(p) => self.anomalies.port(rec, p),
+            Body::Async(a) => self.anomalies.async_event(rec, a),
+            Body::Cm(c) => self.anomalies.cm(rec, c),
+            Body::Lost { count, cpu } => {
+                self.lost += count;
+                if let Some(cpu) = cpu {
+                    *self.lost_per_cpu.entry(*cpu).or_default() += count;
+                }
+                self.anomalies.lost(rec, *count, *cpu);
+            }
+            _ => {}
+        }
+    }
+
+    /// A QP life the correlator started, moved or ended with `rec`.
+    fn qp_change(&mut self, rec: &Record, change: &QpChange) {
+        match change {
+            QpChange::Born {
+                key,
+                life,
+                state,
+                origin,
+            } => {
+                let from_table = *origin == Origin::Table;
+                // QPs the kernel owns (pid 0 in the table) have no account, nor QPs first seen
+                // at a modify (no type, no creation: only the table can say what they are).
+                if (from_table && rec.pid == 0) || *origin == Origin::Modify {
+                    return;
+                }
+                let (qp_type, peer) = match &rec.body {
+                    Body::QpCreate { qp, .. } => (qp.qp_type, None),
+                    Body::QpRes(r) => (r.qp.qp_type, r.rqpn),
+                    _ => return,
+                };
+                let p = self.proc(rec.pid, &rec.comm);
+                p.uses(&key.dev, qp_type);
+                p.qps_created += 1;
+                // A QP older than the trace may already be connected.
+                if from_table && QpLife::connected(*state) {
+                    p.qps_rts += 1;
+                }
+                let q = self.book.open(*life, key, rec, qp_type, *state);
+                q.peer_qpn = peer;
+            }
+            QpChange::State {
+                key,
+                life,
+                from,
+                to,
+                by_driver,
+            } => {
+                let Some(q) = self.book.life_mut(*life) else {
+                    return;
+                };
+                q.enter(*to, rec.ts_ns);
+                let owner = q.owner_pid;
+                if !by_driver && QpLife::connected(Some(*to)) && !QpLife::connected(*from) {
+                    self.proc(owner, "").qps_rts += 1;
+                }
+                if *to == QpState::Err {
+                    self.anomalies.moved_to_err(rec, key, *from, *by_driver);
+                }
+            }
+            QpChange::Gone { life, state, .. } => {
+                let Some(q) = self.book.life_mut(*life) else {
+                    return;
+                };
+                let open = q.end(rec.ts_ns);
+                if let (Body::QpDestroy { .. }, Some(s)) = (&rec.body, state) {
+                    self.anomalies.stuck_at_destroy(rec, *s, open);
+                }
+            }
+        }
+    }
+
+    /// Closes open intervals at the last event and produces the report.
+    pub fn finish(mut self) -> Report {
+        let end = self.last_ts_ns;
+        for (i, s, open) in self.book.close_all(end) {
+            let q = &self.book.qps[i];
+            self.anomalies.list.push(Anomaly {
+                ts_ns: end,
+                wall_ns: self.last_wall_ns,
+                pid: q.owner_pid,
+                comm: q.owner_comm.clone(),
+                dev: Some(q.key.dev.clone()),
+                qpn: Some(q.key.qpn),
+                kind: "qp_stuck",
+                detail: format!(
+                    "QP still in {s} after {:.1} s at the end of the trace",
+                    open as f64 / 1e9
+                ),
+            });
+        }
+        let processes: Vec<ProcReport> = self
+            .procs
+            .values()
+            .filter(|p| p.active())
+            .map(|p| {
+                let (verdict, evidence) = verdict::verdict(p, self.traffic_measured);
+                ProcReport {
+                    stats: p.clone(),
+                    verdict,
+                    evidence,
+                }
+            })
+            .collect();
+        let (blame, port_counters) = self.blame.finish();
+        let mut anomalies = self.anomalies.list;
+        anomalies.sort_by_key(|a| a.ts_ns);
+        Report {
+            first_wall_ns: self.first_wall_ns,
+            last_wall_ns: self.last_wall_ns,
+            events: self.events,
+            lost: self.lost,
+            lost_per_cpu: self.lost_per_cpu,
+            processes,
+            qps: self.book.qps,
+            blame,
+            port_counters,
+            anomalies,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! Verdicts: did a process move its data over RDMA, fall back to TCP, or both? From its
+//! account ([`ProcStats`]) and whether per-QP traffic was measured at all.
+
+use crate::{event::CompactString, format::size};
+
+/// TCP traffic below this is a control channel, not a data path (perftest, MPI bootstrap...).
+pub const TCP_DATA_THRESHOLD: u64 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Rdma,
+    TcpFallback,
+    Tcp,
+    Mixed,
+    Idle,
+    Unknown,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Rdma => "rdma",
+            Verdict::TcpFallback => "tcp_fallback",
+            Verdict::Tcp => "tcp",
+            Verdict::Mixed => "mixed",
+            Verdict::Idle => "idle",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+/// One process's account: what it opened, created, moved and suffered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcStats {
+    pub pid: u32,
+    pub comm: CompactString,
+    pub devices: Vec<CompactString>,
+    pub ctx_opens: u64,
+    pub qps_created: u64,
+    pub qps_rts: u64,
+    pub qp_types: Vec<String>,
+    pub rdma_tx_bytes: u64,
+    pub rdma_tx_packets: u64,
+    pub rdma_rx_bytes: u64,
+    pub rdma_rx_packets: u64,
+    /// Error completions on its CQs.
+    pub wc_errors: u64,
+    pub tcp_tx_bytes: u64,
+    pub tcp_rx_bytes: u64,
+    pub tcp_calls: u64,
+    pub retrans_rdma: u64,
+    pub retrans_tcp: u64,
+    pub exit_code: Option<i32>,
+}
+
+impl ProcStats {
+    /// Whether anything worth a verdict happened to the process.
+    pub fn active(&self) -> bool {
+        self.ctx_opens
+            + self.qps_created
+            + self.tcp_calls
+            + self.retrans_rdma
+            + self.retrans_tcp
+            + self.rdma_tx_packets
+            + self.rdma_rx_packets
+            + self.wc_errors
+            > 0
+    }
+
+    /// Notes that the process uses a QP of this type on this device.
+    pub(super) fn uses(&mut self, dev: &CompactString, qp_type: u32) {
+        let t = crate::event::qp_type_name(qp_type);
+        if !self.qp_types.contains(&t) {
+            self.qp_types.push(t);
+        }
+        if !self.devices.contains(dev) {
+            self.devices.push(dev.clone());
+        }
+    }
+}
+
+/// The verdict on `p` and the evidence lines behind it. `traffic_measured`: a per-QP traffic
+/// source (rxe) was on, so zero RDMA bytes means none moved.
+pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) {
+    let mut ev = Vec::new();
+    let tcp = p.tcp_tx_bytes + p.tcp_rx_bytes;
+    let touched = p.ctx_opens > 0 || p.qps_created > 0;
+    let devs = if p.devices.is_empty() {
+        "an RDMA device".to_string()
+    } else {
+        p.devices.join(", ")
+    };
+    if touched {
+        ev.push(format!(
+            "opened {devs}; {} QP(s) created ({}), {} reached RTR/RTS",
+            p.qps_created,
+            if p.qp_types.is_empty() {
+                "-".into()
+            } else {
+                p.qp_types.join("/")
+            },
+            p.qps_rts
+        ));
+    }
+    if traffic_measured && touched {
+        ev.push(format!(
+            "{} sent and {} received on its QPs ({} / {} packets)",
+            size(p.rdma_tx_bytes),
+            size(p.rdma_rx_bytes),
+            p.rdma_tx_packets,
+            p.rdma_rx_packets
+        ));
+    }
+    if p.wc_errors > 0 {
+        ev.push(format!("{} error completion(s)", p.wc_errors));
+    }
+    let rdma = p.rdma_tx_bytes + p.rdma_rx_bytes;
+    ev.push(if tcp == 0 {
+        "0 B over TCP".to_string()
+    } else {
+        let per_mib = if tcp >= 1 << 20 {
+            format!(
+                ", {:.0} calls/MiB",
+                p.tcp_calls as f64 / (tcp as f64 / (1u64 << 20) as f64)
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "{} over TCP ({} sent, {} received) in {} send/recv calls{per_mib}",
+            size(tcp),
+            size(p.tcp_tx_bytes),
+            size(p.tcp_rx_bytes),
+            p.tcp_calls
+        )
+    });
+    let tcp_data = tcp >= TCP_DATA_THRESHOLD;
+    let verdict = if !touched {
+        if tcp > 0 {
+            Verdict::Tcp
+        } else if p.retrans_tcp > 0 {
+            ev.push("TCP retransmits seen but no byte counts (TCP byte probes off?)".into());
+            Verdict::Unknown
+        } else {
+            Verdict::Idle
+        }
+    } else if p.qps_rts == 0 || (traffic_measured && rdma == 0) {
+        // Never connected a QP, or connected ones that carried nothing.
+        if tcp_data {
+            Verdict::TcpFallback
+        } else {
+            Verdict::Idle
+        }
+    } else if tcp_data && (!traffic_measured || tcp.saturating_mul(10) >= rdma) {
+        Verdict::Mixed
+    } else {
+        Verdict::Rdma
+    };
+    if verdict == Verdict::Rdma && tcp > 0 {
+        ev.push(format!(
+            "TCP below the data threshold ({}): a control channel",
+            size(TCP_DATA_THRESHOLD)
+        ));
+    }
+    (verdict, ev)
+}

@@ -1,0 +1,172 @@
+//! The one stage: raw records (ring buffer or recording) -> decode -> stack names ->
+//! correlate -> filter -> a [`Sink`]. Live tracing and every command that reads a recording go
+//! through it, so they all see the same records the same way; [`crate::replay`] feeds it a
+//! file.
+
+use std::io;
+
+use crate::{
+    clock::ClockAnchor,
+    correlate::{filter::Filter, Correlator},
+    decode::{decode, DecodeError},
+    event::Record,
+    recording::Entry,
+    sinks::Sink,
+    symbolize::{resolver::Resolver, Symbols},
+};
+
+pub struct Stage<S: Sink> {
+    anchor: ClockAnchor,
+    state: Correlator,
+    filter: Filter,
+    /// Names of stack addresses: from the recording on replay, from [`Self::resolver`] live.
+    symbols: Symbols,
+    /// Live only: names stack addresses while the processes live.
+    resolver: Option<Resolver>,
+    sink: S,
+    /// Records seen (before filtering).
+    pub events: u64,
+    pub decode_errors: u64,
+    pub first_decode_error: Option<DecodeError>,
+    /// First write error of the sink: it ends a live trace.
+    write_error: Option<io::Error>,
+}
+
+impl<S: Sink> Stage<S> {
+    /// A stage whose records are stamped with wall time through `anchor`.
+    pub fn new(anchor: ClockAnchor, filter: Filter, sink: S) -> Stage<S> {
+        Stage {
+            anchor,
+            state: Correlator::new(),
+            filter,
+            symbols: Symbols::default(),
+            resolver: None,
+            sink,
+            events: 0,
+            decode_errors: 0,
+            first_decode_error: None,
+            write_error: None,
+        }
+    }
+
+    /// Live: names stack addresses with `resolver` while the processes live, and hands the
+    /// names to the sink before the records that need them.
+    pub fn with_resolver(mut self, resolver: Resolver) -> Stage<S> {
+        self.resolver = Some(resolver);
+        self
+    }
+
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
+    }
+
+    pub fn state(&self) -> &Correlator {
+        &self.state
+    }
+
+    fn check(&mut self, r: io::Result<()>) {
+        if let Err(e) = r {
+            self.write_error.get_or_insert(e);
+        }
+    }
+
+    pub fn start(&mut self) -> io::Result<()> {
+        self.sink.start()
+    }
+
+    /// One raw ring-buffer record (live, or an event entry of a recording). The sink gets the
+    /// names its stack needs first, then the raw bytes, then the correlated record.
+    pub fn raw(&mut self, bytes: &[u8]) {
+        let decoded = decode(bytes, &self.anchor);
+        if let (Some(resolver), Ok(rec)) = (self.resolver.as_mut(), decoded.as_ref()) {
+            for s in resolver.names_for(rec) {
+                self.symbols.insert(s.pid, s.addr, &s.name);
+                let r = self.sink.symbol(s.pid, s.addr, &s.name);
+                self.check(r);
+            }
+        }
+        let r = self.sink.raw(bytes);
+        self.check(r);
+        match decoded {
+            Ok(mut rec) => {
+                self.symbols.annotate(&mut rec);
+                self.push(rec);
+            }
+            Err(e) => {
+                self.decode_errors += 1;
+                self.first_decode_error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// One decoded record.
+    pub fn push(&mut self, mut rec: Record) {
+        self.events += 1;
+        self.state.observe(&mut rec);
+        if self.write_error.is_some() || !self.filter.matches(&rec) {
+            return;
+        }
+        let r = self.sink.record(&rec, &self.state);
+        self.check(r);
+    }
+
+    /// `count` events lost (on `cpu` when known) at monotonic time `ts_ns`.
+    pub fn lost(&mut self, count: u64, cpu: Option<u32>, ts_ns: u64) {
+        if count == 0 {
+            return;
+        }
+        self.push(Record::lost(count, cpu, ts_ns, &self.anchor));
+    }
+
+    /// A recorded name of a stack address.
+    pub fn symbol(&mut self, pid: u32, addr: u64, name: &str) {
+        self.symbols.insert(pid, addr, name);
+        let r = self.sink.symbol(pid, addr, name);
+        self.check(r);
+    }
+
+    /// One entry of a recording.
+    pub fn entry(&mut self, entry: Entry<'_>) {
+        match entry {
+            Entry::Event(bytes) => self.raw(bytes),
+            Entry::Lost { ts_ns, count, cpu } => self.lost(count, cpu, ts_ns),
+            Entry::Symbol { pid, addr, name } => self.symbol(pid, addr, name),
+        }
+    }
+
+    /// Live: once a second.
+    pub fn tick(&mut self) {
+        let r = self.sink.tick();
+        self.check(r);
+    }
+
+    /// Whether the stage cannot go on: its output failed, or the sink wants no more.
+    pub fn broken(&self) -> bool {
+        self.write_error.is_some() || self.sink.done()
+    }
+
+    /// Finishes the sink and returns it. The first output error of the run is the error (a
+    /// closed pipe included: the caller decides whether that is normal).
+    pub fn finish(mut self) -> io::Result<S> {
+        let finished = self.sink.finish();
+        if let Some(e) = self.write_error.take() {
+            return Err(e);
+        }
+        finished?;
+        Ok(self.sink)
+    }
+
+    /// Says on stderr how many records could not be decoded, if any.
+    pub fn warn_undecodable(&self, what: &str) {
+        if let Some(e) = &self.first_decode_error {
+            eprintln!(
+                "rdmatrace: {what}{} records could not be decoded (recorded by a newer rdmatrace? first: {e})",
+                self.decode_errors
+            );
+        }
+    }
+}
