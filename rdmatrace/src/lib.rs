@@ -5,6 +5,7 @@
 //! `collect` put the programs in the kernel; `commands` pick the sink for each subcommand;
 //! `cli` is the only place that knows clap.
 
+pub mod btf;
 pub mod cli;
 pub mod clock;
 pub mod collect;
@@ -28,3 +29,4 @@ pub mod source;
 pub mod stage;
 pub mod symbolize;
 pub mod timeline;
+pub mod wire;

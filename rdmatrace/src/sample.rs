@@ -12,39 +12,16 @@ use std::{
 use aya::maps::{MapData, PerCpuHashMap};
 use rdmatrace_common::{
     event::{
-        CounterSample, CqNotify, CqNotifySample, EventHeader, EventKind, PortSample, QpTraffic,
-        QpTrafficSample, TcpBytes, TcpBytesSample, COUNTER_NAME_LEN, PORT_STATE_REMOVED,
+        CounterSample, CqNotify, CqNotifySample, EventKind, PortSample, QpTraffic, QpTrafficSample,
+        TcpBytes, TcpBytesSample, COUNTER_NAME_LEN, PORT_STATE_REMOVED,
     },
     limits::DEV_NAME_LEN,
 };
 
-use crate::loader::Tracer;
-
-/// Bytes of a Pod value, for feeding samples through the same path as kernel records.
-pub fn pod_bytes<T: aya::Pod>(v: &T) -> Vec<u8> {
-    // SAFETY: T is Pod: every byte is initialised and may be viewed as u8.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
-}
-
-/// The header of a user-space sample (no CPU, tid = pid).
-pub(crate) fn header(kind: EventKind, ts_ns: u64, pid: u32, comm: [u8; 16]) -> EventHeader {
-    EventHeader {
-        kind: kind as u32,
-        cpu: 0,
-        ts_ns,
-        pid,
-        tid: pid,
-        comm,
-    }
-}
-
-/// `s` NUL padded (and cut) into a fixed C string field.
-pub(crate) fn fixed<const N: usize>(s: &str) -> [u8; N] {
-    let mut out = [0u8; N];
-    let n = s.len().min(N - 1);
-    out[..n].copy_from_slice(&s.as_bytes()[..n]);
-    out
-}
+use crate::{
+    loader::Tracer,
+    wire::{fixed, header, pod_bytes},
+};
 
 fn port_sample(p: &crate::ports::Port, ts_ns: u64) -> PortSample {
     PortSample {

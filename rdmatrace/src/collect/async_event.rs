@@ -3,7 +3,7 @@
 use rdmatrace_common::config::ProbeConfig;
 
 use super::{res::resolve_tracker, Area, Hook, ProbeSpec, Role};
-use crate::loader::btf::{offset_of, param_index, BtfError, KernelBtf};
+use crate::btf::{offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
     name: "async",

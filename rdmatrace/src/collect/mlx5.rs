@@ -5,7 +5,7 @@
 use rdmatrace_common::config::ProbeConfig;
 
 use super::{qp::resolve_ident, Area, Hook, ProbeSpec, Role};
-use crate::loader::btf::{offset_of, param_index, BtfError, KernelBtf};
+use crate::btf::{offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
     name: "mlx5",

@@ -3,7 +3,7 @@
 
 use rdmatrace_common::config::ProbeConfig;
 
-use crate::loader::btf::{BtfError, KernelBtf};
+use crate::btf::{BtfError, KernelBtf};
 
 pub mod async_event;
 pub mod cm;

@@ -6,7 +6,7 @@
 use rdmatrace_common::config::ProbeConfig;
 
 use super::{Area, Hook, ProbeSpec, Role};
-use crate::loader::btf::{BtfError, KernelBtf};
+use crate::btf::{BtfError, KernelBtf};
 
 /// Default sampling frequency: off the kernel's own 100/250/1000 Hz ticks, so samples do not
 /// land in lockstep with periodic work.

@@ -3,7 +3,7 @@
 use rdmatrace_common::{config::ProbeConfig, limits::UNRESOLVED};
 
 use super::{Area, Hook, ProbeSpec, Role};
-use crate::loader::btf::{is_array, offset_of, param_index, BtfError, KernelBtf};
+use crate::btf::{is_array, offset_of, param_index, BtfError, KernelBtf};
 
 const CREATE: &str = "ib_create_qp_user";
 const MODIFY: &str = "ib_modify_qp_with_udata";

@@ -3,7 +3,7 @@
 use rdmatrace_common::{config::ProbeConfig, limits::UNRESOLVED};
 
 use super::{Area, Hook, ProbeSpec, Role};
-use crate::loader::btf::{offset_of, BtfError, KernelBtf};
+use crate::btf::{offset_of, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
     name: "process",

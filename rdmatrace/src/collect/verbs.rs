@@ -6,7 +6,7 @@
 use rdmatrace_common::{config::ProbeConfig, event::verbs_func as f};
 
 use super::{Area, Hook, ProbeSpec, Role};
-use crate::loader::btf::{BtfError, KernelBtf};
+use crate::btf::{BtfError, KernelBtf};
 
 const IBVERBS: &str = "libibverbs.so.1";
 const RDMACM: &str = "librdmacm.so.1";

@@ -1,7 +1,7 @@
 //! Loading the kernel programs: resolve offsets from BTF, write the config map, attach every
 //! probe that this kernel allows, and report the ones that stay off with the reason.
 
-pub mod btf;
+use crate::btf;
 pub mod uprobe;
 
 use std::path::PathBuf;

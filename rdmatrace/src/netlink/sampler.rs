@@ -7,7 +7,7 @@ use super::{
     table::{CounterTable, QpTable},
     NetlinkError, RdmaNetlink,
 };
-use crate::sample::pod_bytes;
+use crate::wire::pod_bytes;
 
 pub struct NetlinkSampler {
     nl: RdmaNetlink,

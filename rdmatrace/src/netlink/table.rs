@@ -13,7 +13,7 @@ use rdmatrace_common::{
 };
 
 use super::nldev::{QpCounter, QpRow};
-use crate::sample::{fixed, header};
+use crate::wire::{fixed, header};
 
 /// The part of a row whose change is worth a record (PSNs move with traffic: not compared).
 fn same_row(a: &QpRow, b: &QpRow) -> bool {
