@@ -86,7 +86,9 @@ fn every_reader_uses_the_intact_chunks_names_the_damage_and_exits_2() {
     assert_damage_reported("report", &out, offset);
     let report: serde_json::Value = serde_json::from_str(&out.stdout).expect("report JSON");
     assert!(
-        report["data"]["blame"].as_array().is_some_and(|b| !b.is_empty()),
+        report["data"]["blame"]
+            .as_array()
+            .is_some_and(|b| !b.is_empty()),
         "report: retransmit blame from the intact chunks: {report}"
     );
 

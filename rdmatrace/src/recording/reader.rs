@@ -66,6 +66,10 @@ pub enum ChunkProblem {
         offset: usize,
         len: u32,
     },
+    /// The file could not be read any further (an I/O error): the rest is not replayed.
+    Io {
+        why: String,
+    },
 }
 
 impl fmt::Display for ChunkProblem {
@@ -83,6 +87,7 @@ impl fmt::Display for ChunkProblem {
                 write!(f, "chunk at offset {offset}: cannot decompress ({why}); chunk skipped")
             }
             ChunkProblem::BadEntry { offset, why } => write!(f, "chunk at offset {offset}: {why}; rest of chunk skipped"),
+            ChunkProblem::Io { why } => write!(f, "cannot read further: {why}; the rest is not replayed"),
             ChunkProblem::TooLarge { offset, len } => {
                 write!(f, "chunk at offset {offset} claims {len} bytes (limit {MAX_CHUNK}); skipped")
             }
@@ -90,11 +95,66 @@ impl fmt::Display for ChunkProblem {
     }
 }
 
+/// Where a recording's bytes are: a file read as a stream of chunks (a multi-GiB recording
+/// replays in bounded memory: one chunk at a time), or bytes already in memory.
+enum Data {
+    File { file: std::fs::File, len: usize },
+    Mem(Vec<u8>),
+}
+
+impl Data {
+    fn len(&self) -> usize {
+        match self {
+            Data::File { len, .. } => *len,
+            Data::Mem(v) => v.len(),
+        }
+    }
+
+    /// `len` bytes at `at` (the caller checked they exist): borrowed from memory, or read from
+    /// the file into `buf`.
+    fn bytes<'a>(
+        &'a self,
+        at: usize,
+        len: usize,
+        buf: &'a mut Vec<u8>,
+    ) -> std::io::Result<&'a [u8]> {
+        match self {
+            Data::Mem(v) => Ok(&v[at..at + len]),
+            Data::File { file, .. } => {
+                use std::os::unix::fs::FileExt as _;
+                buf.resize(len, 0);
+                file.read_exact_at(&mut buf[..len], at as u64)?;
+                Ok(&buf[..len])
+            }
+        }
+    }
+
+    /// Offset of the next chunk magic at or after `from`, or the end; read in blocks.
+    fn find_magic(&self, from: usize, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        const BLOCK: usize = 1 << 16;
+        let end = self.len();
+        let mut at = from;
+        while at < end {
+            let n = (end - at).min(BLOCK + CHUNK_MAGIC.len() - 1);
+            let block = self.bytes(at, n, buf)?;
+            if let Some(p) = block.windows(4).position(|w| w == CHUNK_MAGIC) {
+                return Ok(at + p);
+            }
+            if n < CHUNK_MAGIC.len() {
+                break;
+            }
+            // Overlap the next block by 3 bytes: a magic may straddle the boundary.
+            at += n - (CHUNK_MAGIC.len() - 1);
+        }
+        Ok(end)
+    }
+}
+
 pub struct Recording {
     pub header: Header,
     /// Format version of the file.
     pub version: u32,
-    data: Vec<u8>,
+    data: Data,
     body: usize,
 }
 
@@ -103,45 +163,70 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 }
 
 impl Recording {
+    /// Opens a recording file: reads its preamble and header now, its chunks one at a time as
+    /// they replay.
     pub fn open(path: &Path) -> Result<Recording, ReadError> {
-        let data = std::fs::read(path).map_err(|source| ReadError::Io {
+        let io = |source| ReadError::Io {
             path: path.display().to_string(),
             source,
-        })?;
-        Recording::from_bytes(data)
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len() as usize;
+        Recording::parse(Data::File { file, len }).map_err(|e| match e {
+            ParseError::Read(r) => r,
+            ParseError::Io(source) => io(source),
+        })
     }
 
     pub fn from_bytes(data: Vec<u8>) -> Result<Recording, ReadError> {
-        if data.len() < 16 {
-            if !MAGIC.starts_with(&data[..data.len().min(8)]) {
+        Recording::parse(Data::Mem(data)).map_err(|e| match e {
+            ParseError::Read(r) => r,
+            // Memory reads cannot fail.
+            ParseError::Io(source) => ReadError::Io {
+                path: "<memory>".into(),
+                source,
+            },
+        })
+    }
+
+    fn parse(data: Data) -> Result<Recording, ParseError> {
+        let mut buf = Vec::new();
+        let total = data.len();
+        let head = data.bytes(0, total.min(16), &mut buf)?.to_vec();
+        if head.len() < 16 {
+            if !MAGIC.starts_with(&head[..head.len().min(8)]) {
                 return Err(ReadError::BadMagic {
-                    found: data[..data.len().min(8)].to_vec(),
-                });
+                    found: head[..head.len().min(8)].to_vec(),
+                }
+                .into());
             }
             return Err(ReadError::ShortHeader {
                 offset: 0,
                 need: 16,
-                have: data.len(),
-            });
+                have: head.len(),
+            }
+            .into());
         }
-        if &data[..8] != MAGIC {
+        if &head[..8] != MAGIC {
             return Err(ReadError::BadMagic {
-                found: data[..8].to_vec(),
-            });
+                found: head[..8].to_vec(),
+            }
+            .into());
         }
-        let version = u32_at(&data, 8);
+        let version = u32_at(&head, 8);
         if !(MIN_VERSION..=VERSION).contains(&version) {
-            return Err(ReadError::Version { found: version });
+            return Err(ReadError::Version { found: version }.into());
         }
-        let len = u32_at(&data, 12) as usize;
-        if data.len() < 16 + len {
+        let len = u32_at(&head, 12) as usize;
+        if total < 16 + len {
             return Err(ReadError::ShortHeader {
                 offset: 16,
                 need: len,
-                have: data.len() - 16,
-            });
+                have: total - 16,
+            }
+            .into());
         }
-        let stored = &data[16..16 + len];
+        let stored = data.bytes(16, len, &mut buf)?;
         let header = if version >= 3 {
             serde_json::from_slice(&header_json(stored)?)
         } else {
@@ -171,33 +256,51 @@ impl Recording {
     }
 
     /// [`replay`](Self::replay) that also calls `f(None)` at the end of every chunk whose
-    /// entries all replayed (re-encoding a file chunk for chunk).
+    /// entries all replayed (re-encoding a file chunk for chunk). A file is read one chunk at a
+    /// time: memory stays bounded by the largest chunk ([`MAX_CHUNK`]).
     pub fn replay_chunks(&self, mut f: impl FnMut(Option<Entry<'_>>)) -> Vec<ChunkProblem> {
         let mut problems = Vec::new();
+        if let Err(e) = self.chunks(&mut f, &mut problems) {
+            problems.push(ChunkProblem::Io { why: e.to_string() });
+        }
+        problems
+    }
+
+    fn chunks(
+        &self,
+        f: &mut impl FnMut(Option<Entry<'_>>),
+        problems: &mut Vec<ChunkProblem>,
+    ) -> std::io::Result<()> {
         let mut compact = Decoder::new(Order::from_header(&self.header.endian));
         let d = &self.data;
+        let len = d.len();
         let mut at = self.body;
-        // One decompression buffer for the whole file: a fresh one per chunk costs an
-        // allocation and the kernel's zeroing of its pages, more than decoding the chunk.
+        // One buffer each for the chunk read, the magic scan and decompression, for the whole
+        // file: a fresh one per chunk costs an allocation and the kernel's zeroing of its
+        // pages, more than decoding the chunk.
+        let mut read_buf: Vec<u8> = Vec::new();
+        let mut scan_buf: Vec<u8> = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
-        while at < d.len() {
-            if d.len() - at < CHUNK_HEADER_LEN {
-                if d[at..].starts_with(CHUNK_MAGIC) || CHUNK_MAGIC.starts_with(&d[at..]) {
+        while at < len {
+            if len - at < CHUNK_HEADER_LEN {
+                let rest = d.bytes(at, len - at, &mut read_buf)?;
+                if rest.starts_with(CHUNK_MAGIC) || CHUNK_MAGIC.starts_with(rest) {
                     problems.push(ChunkProblem::Truncated {
                         offset: at,
                         need: CHUNK_HEADER_LEN,
-                        have: d.len() - at,
+                        have: len - at,
                     });
                 } else {
                     problems.push(ChunkProblem::Garbage {
                         offset: at,
-                        skipped: d.len() - at,
+                        skipped: len - at,
                     });
                 }
                 break;
             }
-            if &d[at..at + 4] != CHUNK_MAGIC {
-                let next = find_magic(d, at + 1);
+            let head = d.bytes(at, CHUNK_HEADER_LEN, &mut read_buf)?;
+            if &head[..4] != CHUNK_MAGIC {
+                let next = d.find_magic(at + 1, &mut scan_buf)?;
                 problems.push(ChunkProblem::Garbage {
                     offset: at,
                     skipped: next - at,
@@ -205,25 +308,25 @@ impl Recording {
                 at = next;
                 continue;
             }
-            let flags = u32_at(d, at + 4);
-            let raw_len = u32_at(d, at + 8);
-            let stored_len = u32_at(d, at + 12);
-            let crc = u32_at(d, at + 20);
+            let flags = u32_at(head, 4);
+            let raw_len = u32_at(head, 8);
+            let stored_len = u32_at(head, 12);
+            let crc = u32_at(head, 20);
             if raw_len > MAX_CHUNK || stored_len > MAX_CHUNK {
                 problems.push(ChunkProblem::TooLarge {
                     offset: at,
                     len: raw_len.max(stored_len),
                 });
-                at = find_magic(d, at + 1);
+                at = d.find_magic(at + 1, &mut scan_buf)?;
                 continue;
             }
             let start = at + CHUNK_HEADER_LEN;
             let end = start + stored_len as usize;
-            if end > d.len() {
+            if end > len {
                 // Either the recorder died mid-chunk, or the length is corrupt: look for a later
                 // chunk before calling it the tail.
-                let next = find_magic(d, at + 1);
-                if next < d.len() {
+                let next = d.find_magic(at + 1, &mut scan_buf)?;
+                if next < len {
                     problems.push(ChunkProblem::Checksum { offset: at });
                     at = next;
                     continue;
@@ -231,14 +334,14 @@ impl Recording {
                 problems.push(ChunkProblem::Truncated {
                     offset: at,
                     need: CHUNK_HEADER_LEN + stored_len as usize,
-                    have: d.len() - at,
+                    have: len - at,
                 });
                 break;
             }
-            let stored = &d[start..end];
+            let stored = d.bytes(start, stored_len as usize, &mut read_buf)?;
             if crc32fast::hash(stored) != crc {
                 problems.push(ChunkProblem::Checksum { offset: at });
-                at = find_magic(d, at + 1);
+                at = d.find_magic(at + 1, &mut scan_buf)?;
                 continue;
             }
             let raw: &[u8] = if flags & FLAG_LZ4 != 0 {
@@ -268,7 +371,25 @@ impl Recording {
             }
             at = end;
         }
-        problems
+        Ok(())
+    }
+}
+
+/// Opening fails on the file's content, or on reading it.
+enum ParseError {
+    Read(ReadError),
+    Io(std::io::Error),
+}
+
+impl From<ReadError> for ParseError {
+    fn from(e: ReadError) -> Self {
+        ParseError::Read(e)
+    }
+}
+
+impl From<std::io::Error> for ParseError {
+    fn from(e: std::io::Error) -> Self {
+        ParseError::Io(e)
     }
 }
 
@@ -285,12 +406,6 @@ fn header_json(stored: &[u8]) -> Result<Vec<u8>, ReadError> {
     }
     lz4_flex::block::decompress_with_dict(block, len as usize, HEADER_DICT)
         .map_err(|e| ReadError::HeaderCompression(e.to_string()))
-}
-
-fn find_magic(d: &[u8], from: usize) -> usize {
-    d.get(from..)
-        .and_then(|rest| rest.windows(4).position(|w| w == CHUNK_MAGIC))
-        .map_or(d.len(), |p| from + p)
 }
 
 fn entries(

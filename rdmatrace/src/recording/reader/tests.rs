@@ -352,3 +352,45 @@ fn a_damaged_compressed_header_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// A file on disk is read as a stream of chunks and replays exactly as the same bytes in
+/// memory: entries, damage, and a resync on the next chunk magic found across the scan's block
+/// boundaries (garbage longer than a scan block, a magic straddling two blocks).
+#[test]
+fn a_file_streams_like_the_same_bytes_in_memory_even_when_damaged() {
+    let (bytes, starts) = sample(6, 50);
+    let mut damaged = bytes[..starts[2]].to_vec();
+    // Garbage over several 64 KiB scan blocks, so long that the next magic starts 2 bytes before
+    // a block boundary (the scan starts one byte in): found through the blocks' overlap.
+    const GARBAGE: usize = 4 * 65536 - 1;
+    damaged.extend((0..GARBAGE).map(|i| (i % 251) as u8 | 0x80));
+    damaged.extend_from_slice(&bytes[starts[2]..starts[4]]);
+    // A broken CRC, then an incomplete tail.
+    let mut bad = bytes[starts[4]..starts[5]].to_vec();
+    bad[CHUNK_HEADER_LEN] ^= 0xff;
+    damaged.extend_from_slice(&bad);
+    damaged.extend_from_slice(&bytes[starts[5]..bytes.len() - 7]);
+    let dir = std::env::temp_dir().join(format!(
+        "rdmatrace-stream-{}-{}",
+        std::process::id(),
+        line!()
+    ));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    for (name, data) in [("clean.rdmt", &bytes), ("damaged.rdmt", &damaged)] {
+        let path = dir.join(name);
+        std::fs::write(&path, data).expect("write");
+        let from_file = collect(&Recording::open(&path).expect("open file"));
+        let in_memory = collect(&Recording::from_bytes(data.clone()).expect("open bytes"));
+        assert_eq!(from_file, in_memory, "{name}");
+    }
+    let (firsts, _, problems) = collect(&Recording::open(&dir.join("damaged.rdmt")).expect("open"));
+    assert_eq!(
+        firsts.len(),
+        4 * 50,
+        "chunks 0, 1, 2 and 3 replay: {problems:?}"
+    );
+    assert!(matches!(problems[0], ChunkProblem::Garbage { skipped, .. } if skipped == GARBAGE));
+    assert!(matches!(problems[1], ChunkProblem::Checksum { .. }));
+    assert!(matches!(problems[2], ChunkProblem::Truncated { .. }));
+    let _ = std::fs::remove_dir_all(&dir);
+}
