@@ -4,6 +4,9 @@
 //! multiple of 8 (the ring buffer aligns records to 8 bytes). Integers instead of `bool`/enums so
 //! that any bit pattern is a valid value; user space validates when it decodes.
 
+mod sample;
+pub use sample::*;
+
 use crate::limits::{COMM_LEN, DEV_NAME_LEN, GID_LEN};
 
 /// What a record is. Stored as a raw `u32` in [`EventHeader::kind`].
@@ -409,149 +412,6 @@ pub struct CmEvent {
 }
 const _: () = assert!(core::mem::size_of::<CmEvent>() == 40 + 72 + 16 + 16 + 8 + 32);
 
-/// Per-process TCP traffic, summed in the kernel (`sock_send_length` / `sock_recv_length` on
-/// TCP sockets) and read by user space. As a kernel map value the fields are running totals;
-/// as a [`TcpBytesSample`] they are deltas since the previous sample.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TcpBytes {
-    pub tx_bytes: u64,
-    pub rx_bytes: u64,
-    pub tx_calls: u64,
-    pub rx_calls: u64,
-    pub comm: [u8; COMM_LEN],
-}
-const _: () = assert!(core::mem::size_of::<TcpBytes>() == 48);
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TcpBytesSample {
-    /// `pid`/`comm`: the process; `ts_ns`: when sampled.
-    pub header: EventHeader,
-    pub bytes: TcpBytes,
-}
-const _: () = assert!(core::mem::size_of::<TcpBytesSample>() == 88);
-
-/// Packets and bytes a QP sent (rxe: `rxe_xmit_packet`) and received, keyed in the kernel by the QP's
-/// address; totals in the map, deltas in a [`QpTrafficSample`].
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpTraffic {
-    pub qp: QpIdent,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    /// Received (rxe: `rxe_resp_queue_pkt` / `rxe_comp_queue_pkt`). Appended in format 1.1.
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-}
-const _: () = assert!(core::mem::size_of::<QpTraffic>() == 104);
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpTrafficSample {
-    pub header: EventHeader,
-    pub traffic: QpTraffic,
-}
-const _: () = assert!(core::mem::size_of::<QpTrafficSample>() == 144);
-/// Size of [`QpTrafficSample`] before the receive counters were appended.
-pub const QP_TRAFFIC_SAMPLE_V1: usize = 128;
-
-/// Longest counter file name kept.
-pub const COUNTER_NAME_LEN: usize = 48;
-
-/// A port counter (`/sys/class/infiniband/DEV/ports/N/{counters,hw_counters}/NAME`) that moved.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CounterSample {
-    pub header: EventHeader,
-    pub dev: [u8; DEV_NAME_LEN],
-    pub port: u32,
-    /// 1 for `hw_counters`, 0 for `counters`.
-    pub hw: u32,
-    pub name: [u8; COUNTER_NAME_LEN],
-    pub value: u64,
-    pub delta: u64,
-}
-const _: () = assert!(core::mem::size_of::<CounterSample>() == 40 + 64 + 8 + 48 + 16);
-
-/// How a [`QpResSample`] row differs from the previous sample of the QP resource table.
-pub mod qp_res_change {
-    /// Present in the first sample (the QP is older than the trace).
-    pub const PRESENT: u32 = 0;
-    pub const NEW: u32 = 1;
-    /// State, remote QPN or PSNs changed.
-    pub const CHANGED: u32 = 2;
-    pub const GONE: u32 = 3;
-}
-
-/// A row of the kernel's QP resource table (rdma netlink `RES_QP_GET`, what
-/// `rdma resource show qp` prints) that appeared, changed or vanished. `header.pid` is the
-/// owner the kernel recorded (0 for a kernel QP), `header.comm` its name.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpResSample {
-    pub header: EventHeader,
-    pub qp: QpIdent,
-    pub port: u32,
-    /// `u32::MAX` when the kernel gave none (unconnected QP types).
-    pub rqpn: u32,
-    pub sq_psn: u32,
-    /// `u32::MAX` when the kernel gave none.
-    pub rq_psn: u32,
-    /// `enum ib_qp_state`.
-    pub state: u32,
-    /// A [`qp_res_change`] value.
-    pub change: u32,
-}
-const _: () = assert!(core::mem::size_of::<QpResSample>() == 40 + 72 + 24);
-
-/// QPNs of a per-QP counter kept in a [`QpCounterSample`].
-pub const COUNTER_QPNS: usize = 8;
-
-/// A per-QP statistic counter (rdma netlink `STAT_GET`, bound in auto or manual mode) that
-/// moved: one record per counter name. `header.pid`: the counter's owner when bound per
-/// process, else 0.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpCounterSample {
-    pub header: EventHeader,
-    pub dev: [u8; DEV_NAME_LEN],
-    pub port: u32,
-    pub counter_id: u32,
-    /// The first [`COUNTER_QPNS`] QPs bound to the counter.
-    pub qpns: [u32; COUNTER_QPNS],
-    /// How many QPs are bound (may exceed [`COUNTER_QPNS`]).
-    pub nqpns: u32,
-    pub _pad: u32,
-    pub name: [u8; COUNTER_NAME_LEN],
-    pub value: u64,
-    pub delta: u64,
-}
-const _: () = assert!(core::mem::size_of::<QpCounterSample>() == 40 + 64 + 8 + 32 + 8 + 48 + 16);
-
-/// An RDMA port as sysfs shows it, sampled at the start and whenever it changes: state and
-/// the active MTU (for RoCE estimated from the netdev MTU the way drivers derive it; 0 when
-/// unknown, e.g. InfiniBand without a query).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PortSample {
-    pub header: EventHeader,
-    pub dev: [u8; DEV_NAME_LEN],
-    pub port: u32,
-    /// `enum ib_port_state` (1 DOWN .. 4 ACTIVE), 0 unknown, [`PORT_STATE_REMOVED`] when the
-    /// port (its device) is gone.
-    pub state: u32,
-    /// Bytes (256 .. 4096), 0 unknown.
-    pub active_mtu: u32,
-    /// MTU of the netdev under a RoCE port, 0 for none.
-    pub netdev_mtu: u32,
-    /// `Ethernet` or `InfiniBand`, NUL padded.
-    pub link_layer: [u8; 16],
-    pub netdev: [u8; 16],
-}
-const _: () = assert!(core::mem::size_of::<PortSample>() == 40 + 64 + 16 + 32);
-/// [`PortSample::state`] of a port whose device went away (`rdma link delete`, hot unplug).
-pub const PORT_STATE_REMOVED: u32 = u32::MAX;
 /// Frames kept per stack (user or kernel). Deeper stacks are cut at the outermost frames.
 pub const STACK_DEPTH: usize = 32;
 
@@ -720,6 +580,7 @@ mod pod {
     unsafe impl aya::Pod for QpCounterSample {}
     // SAFETY: as above.
     unsafe impl aya::Pod for PortSample {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for VerbsCallEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for CpuSampleEvent {}
