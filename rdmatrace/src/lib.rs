@@ -28,5 +28,7 @@ pub mod sinks;
 pub mod source;
 pub mod stage;
 pub mod symbolize;
+#[doc(hidden)]
+pub mod testing;
 pub mod timeline;
 pub mod wire;

@@ -1,4 +1,4 @@
-//! The committed lab recordings (versions 1 and 2) re-encoded by today's writer (version 3)
+//! The lab recordings of formats 1 and 2 (tests/fixtures/old/, kept for this) re-encoded by today's writer (version 3)
 //! replay to exactly the same output: every record, its JSON and its text line, and the same
 //! header. Prints the sizes before and after (`cargo test --test rewrite -- --nocapture`).
 
@@ -13,7 +13,10 @@ use rdmatrace::{
 const FIXTURES: [&str; 3] = ["lab-loss.rdmt", "lab-pingpong.rdmt", "lab-verbs.rdmt"];
 
 fn fixture(name: &str) -> Vec<u8> {
-    let p = format!("{}/../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let p = format!(
+        "{}/../tests/fixtures/old/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
 }
 

@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench|fuzz>`.
+//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench|fuzz|fixtures>`.
 //!
 //! Everything a fresh machine needs is installed here, idempotently: a second run costs seconds
 //! and says what it skipped.
@@ -7,6 +7,7 @@ mod bench;
 mod bootstrap;
 mod cmd;
 mod demo;
+mod fixtures;
 mod fuzz;
 mod lab;
 mod test;
@@ -59,6 +60,9 @@ enum Command {
         #[arg(long)]
         skip_lab: bool,
     },
+    /// Re-record the golden fixtures (tests/fixtures/lab-*.rdmt) in one lab boot with today's
+    /// probe set; then bless the goldens (INSTA_UPDATE=always cargo test -p rdmatrace).
+    Fixtures,
     /// Fuzz the recording reader and the event decoder (nightly, cargo-fuzz); the corpus is
     /// kept in fuzz/corpus and replayed by the host tier.
     Fuzz {
@@ -90,6 +94,10 @@ fn run() -> anyhow::Result<ExitCode> {
             host_only,
         } => test::run(require_lab, host_only),
         Command::Demo => demo::run(),
+        Command::Fixtures => {
+            fixtures::run()?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Fuzz { secs } => {
             fuzz::run(secs)?;
             Ok(ExitCode::SUCCESS)

@@ -2,32 +2,15 @@
 //! device, create and connect QPs, then mostly retransmit, sample traffic and talk TCP, and exit.
 //! Shared by the replay benchmark (throughput) and its size report (bytes/event).
 
-use rdmatrace::recording::{writer::RecordingWriter, Header};
+use rdmatrace::{
+    recording::{writer::RecordingWriter, Header},
+    testing::{bytes_of, name, zeroed},
+};
 use rdmatrace_common::event::{
     attr_mask, element, reason, transport, AsyncEvent, CmEvent, CqNotifySample, EventHeader,
     EventKind, ProcessEvent, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent,
     QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent, WcErrorEvent,
 };
-
-/// An all-zero `T`.
-fn zeroed<T: aya::Pod>() -> T {
-    let bytes = vec![0u8; std::mem::size_of::<T>()];
-    // SAFETY: `bytes` holds size_of::<T>() bytes and T is Pod (all-zero is a valid value);
-    // read_unaligned copes with the Vec's alignment.
-    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
-}
-
-fn bytes_of<T: aya::Pod>(v: &T) -> &[u8] {
-    // SAFETY: T is Pod: every byte is initialised and may be viewed as u8 for its lifetime.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
-}
-
-fn name<const N: usize>(s: &str) -> [u8; N] {
-    let mut out = [0u8; N];
-    let n = s.len().min(N - 1);
-    out[..n].copy_from_slice(&s.as_bytes()[..n]);
-    out
-}
 
 struct Gen {
     w: RecordingWriter<Vec<u8>>,

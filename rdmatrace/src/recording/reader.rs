@@ -13,7 +13,7 @@ use super::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         path: String,
         #[source]
