@@ -131,6 +131,10 @@ pub struct VerdictArgs {
     /// One {"type":"verdict","data":{pid,comm,verdict,evidence}} line per process.
     #[arg(long)]
     pub json: bool,
+    /// Judge the processes of a recording (from `rdmatrace record`) instead of watching live;
+    /// needs no privileges.
+    #[arg(long, short = 'i', conflicts_with_all = ["command", "duration"])]
+    pub input: Option<PathBuf>,
     #[command(flatten)]
     pub probe: ProbeArgs,
     /// Run this command and judge it and its descendants.
@@ -141,6 +145,7 @@ pub struct VerdictArgs {
 impl VerdictArgs {
     pub fn to_config(&self) -> Result<VerdictConfig, String> {
         Ok(VerdictConfig {
+            input: self.input.clone(),
             pid: self.pid,
             duration: duration(self.duration)?,
             command: self.command.clone(),

@@ -76,4 +76,13 @@ rec lab-deadpeer bash -c "
 #    verbs calls' user stacks, named at record time.
 fresh_devices
 rec lab-verbs bash -c "$w/rt-mover --mib 1 > $out/verbs.txt 2>&1"
+# 5. lab-verdicts: ib_write_bw moving its data over RC (rdma, with perftest's small TCP
+#    control channel), then rt-fallback opening rxe0 and creating a QP but moving 8 MiB over
+#    TCP (tcp_fallback): the README's verdict example.
+fresh_devices
+rec lab-verdicts bash -c "
+    ib_write_bw -d rxe1 -x 1 -F -s 65536 -n 200 > $out/verdicts-server.txt 2>&1 &
+    bash -c '$retry' _ ib_write_bw -d rxe0 -x 1 -F -s 65536 -n 200 192.0.2.2 > $out/verdicts-client.txt 2>&1
+    wait
+    $w/rt-fallback --dev rxe0 --from 192.0.2.1 --to 192.0.2.2 --mib 8 > $out/fallback.txt 2>&1"
 echo "fixtures recorded in $out"

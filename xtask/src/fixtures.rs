@@ -1,6 +1,6 @@
 //! `cargo xtask fixtures`: re-records the golden fixtures (`tests/fixtures/lab-*.rdmt`) in one
 //! lab boot with today's probe set (`xtask/lab/fixtures.sh`: an ibv_rc_pingpong pair and a
-//! refused modify, ib_write_bw and a TCP transfer under 5% loss, a dead peer, verbs stacks),
+//! refused modify, ib_write_bw and a TCP transfer under 5% loss, a dead peer, verbs stacks, RDMA beside a TCP fallback),
 //! so the goldens show what rdmatrace records today. Then bless the goldens:
 //! `INSTA_UPDATE=always cargo test -p rdmatrace` and review the snapshot diff.
 
@@ -11,7 +11,13 @@ use anyhow::{bail, Context as _};
 use crate::{bootstrap, cmd, lab};
 
 /// The fixtures the script records, in `tests/fixtures/`.
-pub const FIXTURES: [&str; 4] = ["lab-pingpong", "lab-loss", "lab-deadpeer", "lab-verbs"];
+pub const FIXTURES: [&str; 5] = [
+    "lab-pingpong",
+    "lab-loss",
+    "lab-deadpeer",
+    "lab-verbs",
+    "lab-verdicts",
+];
 
 pub fn run() -> anyhow::Result<()> {
     bootstrap::lab()?;

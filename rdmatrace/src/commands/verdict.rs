@@ -1,6 +1,7 @@
-//! `rdmatrace verdict [--pid P | --duration S | -- CMD]`: watch, then say per process whether
-//! its data moved over RDMA, fell back to TCP, or both, with the evidence. Exit status 3 when
-//! any watched process fell back to TCP, for scripts.
+//! `rdmatrace verdict [--pid P | --duration S | -- CMD | --input FILE]`: watch (or replay a
+//! recording), then say per process whether its data moved over RDMA, fell back to TCP, or
+//! both, with the evidence. Exit status 3 when any watched process fell back to TCP, for
+//! scripts (2 when the recording was damaged).
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -10,6 +11,7 @@ use crate::{
     clock::ClockAnchor,
     commands::live::{self, Live},
     correlate::filter::Filter,
+    replay,
     sinks::report::VerdictSink,
     stage::Stage,
 };
@@ -21,6 +23,8 @@ pub const READY_LINE: &str = "Watching for RDMA / TCP fallback... Hit Ctrl-C to 
 
 #[derive(Clone, Debug)]
 pub struct VerdictConfig {
+    /// Judge a recording instead of watching live.
+    pub input: Option<PathBuf>,
     pub pid: Option<u32>,
     pub duration: Option<Duration>,
     pub command: Vec<String>,
@@ -32,7 +36,27 @@ pub struct VerdictConfig {
 }
 
 pub fn run(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
-    live::runtime()?.block_on(run_async(cfg))
+    match &cfg.input {
+        Some(path) => {
+            let (sink, _, replayed) = replay::file(path, Filter::default(), |_| {
+                VerdictSink::new(std::io::stdout(), cfg.json, cfg.pid)
+            })?;
+            Ok(if replayed.damaged() {
+                replay::exit_code([&replayed])
+            } else {
+                exit(&sink)
+            })
+        }
+        None => live::runtime()?.block_on(run_async(cfg)),
+    }
+}
+
+fn exit<W: std::io::Write>(sink: &VerdictSink<W>) -> ExitCode {
+    if sink.fallback {
+        ExitCode::from(FALLBACK_EXIT)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 async fn run_async(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
@@ -44,9 +68,5 @@ async fn run_async(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
     live.run(&mut stage, READY_LINE, cfg.duration, child.as_mut())
         .await?;
     let sink = stage.finish().context("cannot write output")?;
-    Ok(if sink.fallback {
-        ExitCode::from(FALLBACK_EXIT)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit(&sink))
 }
