@@ -21,6 +21,30 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The output of a command that has several: `--format text|json` (`--json` is short for
+/// `--format json`).
+#[derive(Args, Clone, Copy, Debug)]
+pub struct OutputArgs {
+    /// Output format: `text` for people, `json` for programs (schema: docs/json.md).
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// Short for `--format json`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+impl OutputArgs {
+    pub fn json(&self) -> bool {
+        self.json || self.format == OutputFormat::Json
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Print RDMA control-path events live, one line each (bcc style) or as JSON Lines.
@@ -31,8 +55,8 @@ pub enum Command {
     Report {
         /// A recording from `rdmatrace record`.
         file: PathBuf,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArgs,
     },
     /// Watch, then say per process: rdma, tcp_fallback, tcp, mixed or idle, with evidence.
     /// Exits 3 when a watched process fell back to TCP.
@@ -41,8 +65,8 @@ pub enum Command {
     Top(TopArgs),
     /// What this host allows: kernel, BTF, privileges, RDMA devices, every probe and counter source.
     Doctor {
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArgs,
     },
     /// Recordings as a timeline: a track per process, QP states as slices, CM/async/anomaly
     /// instants, rate counters; Perfetto protobuf (default) or Chrome JSON. Several files (one per
@@ -128,9 +152,9 @@ pub struct VerdictArgs {
     /// Watch this many seconds (default: until Ctrl-C or the command exits).
     #[arg(long, short = 'd')]
     pub duration: Option<f64>,
-    /// One {"type":"verdict","data":{pid,comm,verdict,evidence}} line per process.
-    #[arg(long)]
-    pub json: bool,
+    /// `--format json`: one {"type":"verdict","data":{pid,comm,verdict,evidence}} line per process.
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Judge the processes of a recording (from `rdmatrace record`) instead of watching live;
     /// needs no privileges.
     #[arg(long, short = 'i', conflicts_with_all = ["command", "duration"])]
@@ -149,7 +173,7 @@ impl VerdictArgs {
             pid: self.pid,
             duration: duration(self.duration)?,
             command: self.command.clone(),
-            json: self.json,
+            json: self.output.json(),
             ringbuf_bytes: self.probe.ringbuf_size,
             btf_dir: self.probe.btf_dir.clone(),
             bind_qp_counters: self.probe.bind_qp_counters,
@@ -185,9 +209,9 @@ impl RecordArgs {
 
 #[derive(Args, Debug)]
 pub struct TraceArgs {
-    /// JSON Lines output: {"type": T, "data": {...}} per event (schema: docs/json.md).
-    #[arg(long)]
-    pub json: bool,
+    /// `--format json`: JSON Lines, {"type": T, "data": {...}} per event (schema: docs/json.md).
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Only events of this process (thread-group id); filtered in the kernel.
     #[arg(long, short = 'p')]
     pub pid: Option<u32>,
@@ -261,7 +285,7 @@ impl TraceArgs {
                 dev: self.dev.clone(),
                 qpn: self.qpn,
             },
-            format: if self.json {
+            format: if self.output.json() {
                 Format::Jsonl
             } else {
                 Format::Text

@@ -15,8 +15,8 @@ fn run() -> anyhow::Result<ExitCode> {
             args.input.as_deref(),
         ),
         Command::Record(args) => commands::record::run(&args.to_config().map_err(|e| anyhow!(e))?),
-        Command::Doctor { json } => commands::doctor::run(json),
-        Command::Report { file, json } => commands::report::run(&file, json),
+        Command::Doctor { output } => commands::doctor::run(output.json()),
+        Command::Report { file, output } => commands::report::run(&file, output.json()),
         Command::Verdict(args) => {
             commands::verdict::run(&args.to_config().map_err(|e| anyhow!(e))?)
         }
