@@ -364,3 +364,51 @@ pub fn all_kinds() -> Vec<u8> {
     g.put(&exit);
     g.finish()
 }
+
+/// A decoded record of `pid`/`comm` at monotonic `ts_ns` (wall time the same number).
+pub fn record(pid: u32, comm: &str, ts_ns: u64, body: crate::event::Body) -> crate::event::Record {
+    record_at(ts_ns, ts_ns, pid, comm, body)
+}
+
+/// A decoded record with its monotonic and wall times.
+pub fn record_at(
+    ts_ns: u64,
+    wall_ns: u64,
+    pid: u32,
+    comm: &str,
+    body: crate::event::Body,
+) -> crate::event::Record {
+    crate::event::Record {
+        ts_ns,
+        wall_ns,
+        cpu: 0,
+        pid,
+        tid: pid,
+        comm: comm.into(),
+        body,
+    }
+}
+
+/// An RC QP on `dev`.
+pub fn qp_info(dev: &str, qpn: u32) -> crate::event::QpInfo {
+    crate::event::QpInfo {
+        key: crate::event::QpKey {
+            dev: dev.into(),
+            qpn,
+        },
+        qp_type: 2,
+    }
+}
+
+/// A modify of an RC QP on `dev` to `to` (only the state in the mask), returning `ret`.
+pub fn modify(dev: &str, qpn: u32, to: crate::event::QpState, ret: i32) -> crate::event::Body {
+    crate::event::Body::QpModify {
+        qp: qp_info(dev, qpn),
+        attrs: crate::event::ModifyAttrs {
+            attr_mask: attr_mask::STATE,
+            new_state: Some(to),
+            ..Default::default()
+        },
+        ret,
+    }
+}

@@ -3,8 +3,8 @@
 //! Shared by the replay benchmark (throughput) and its size report (bytes/event).
 
 use rdmatrace::{
-    recording::{writer::RecordingWriter, Header},
-    testing::{bytes_of, name, zeroed},
+    recording::Header,
+    testing::{name, zeroed, Gen},
 };
 use rdmatrace_common::event::{
     attr_mask, element, reason, transport, AsyncEvent, CmEvent, CqNotifySample, EventHeader,
@@ -12,51 +12,27 @@ use rdmatrace_common::event::{
     QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent, WcErrorEvent,
 };
 
-struct Gen {
-    w: RecordingWriter<Vec<u8>>,
-    ts: u64,
-    cpu: u32,
-}
-
-impl Gen {
-    fn header(&mut self, kind: EventKind, pid: u32, comm: &str) -> EventHeader {
-        self.ts += 1_000 + u64::from(self.cpu) * 7;
-        self.cpu = (self.cpu + 1) % 8;
-        EventHeader {
-            kind: kind as u32,
-            cpu: self.cpu,
-            ts_ns: self.ts,
-            pid,
-            tid: pid,
-            comm: name(comm),
-        }
-    }
-
-    fn put<T: aya::Pod>(&mut self, ev: &T) {
-        if let Err(e) = self.w.event(bytes_of(ev)) {
-            panic!("writing to memory failed: {e}");
-        }
-    }
+/// The bench's clock: 1 us plus a little per CPU between records, CPUs in turn.
+fn header(g: &mut Gen, kind: EventKind, pid: u32, comm: &str) -> EventHeader {
+    g.step_ns = 1_000 + u64::from(g.cpu) * 7;
+    g.cpu = (g.cpu + 1) % 8;
+    g.header(kind, pid, comm)
 }
 
 fn qp(dev: &str, qpn: u32) -> QpIdent {
-    QpIdent {
-        dev: name(dev),
-        qpn,
-        qp_type: 2,
-    }
+    rdmatrace::testing::qp(dev, qpn, 2)
 }
 
 /// One job: a process with `qps` QPs on rxe0 and `body` events in its steady state.
 fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
     let comm = format!("job-{}", pid % 97);
     let mut ev: ProcessEvent = zeroed();
-    ev.header = g.header(EventKind::ProcessExec, pid, &comm);
+    ev.header = header(g, EventKind::ProcessExec, pid, &comm);
     ev.ppid = 1;
     g.put(&ev);
     for (res_type, id) in [(5u32, pid), (0, pid), (1, pid), (4, pid)] {
         let mut r: ResourceEvent = zeroed();
-        r.header = g.header(EventKind::ResourceAdd, pid, &comm);
+        r.header = header(g, EventKind::ResourceAdd, pid, &comm);
         r.dev = name("rxe0");
         r.res_type = res_type;
         r.res_id = id;
@@ -71,7 +47,7 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
     let base = (pid * 16) & 0xff_ffff;
     for q in 0..qps {
         let mut c: QpCreateEvent = zeroed();
-        c.header = g.header(EventKind::QpCreate, pid, &comm);
+        c.header = header(g, EventKind::QpCreate, pid, &comm);
         c.qp = qp("rxe0", base + q);
         g.put(&c);
         for (state, extra) in [
@@ -83,7 +59,7 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
             ),
         ] {
             let mut m: QpModifyEvent = zeroed();
-            m.header = g.header(EventKind::QpModify, pid, &comm);
+            m.header = header(g, EventKind::QpModify, pid, &comm);
             m.qp = qp("rxe0", base + q);
             m.attr_mask = attr_mask::STATE | extra;
             m.new_state = state;
@@ -100,7 +76,7 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
         match i % 20 {
             0..=7 => {
                 let mut r: RetransmitEvent = zeroed();
-                r.header = g.header(EventKind::Retransmit, 0, "ksoftirqd/1");
+                r.header = header(g, EventKind::Retransmit, 0, "ksoftirqd/1");
                 r.qp = qp("rxe0", q);
                 r.transport = transport::RXE;
                 r.reason = reason::RXE_RETRANSMIT_TIMER;
@@ -108,7 +84,7 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
             }
             8..=11 => {
                 let mut t: QpTrafficSample = zeroed();
-                t.header = g.header(EventKind::QpTraffic, 0, "");
+                t.header = header(g, EventKind::QpTraffic, 0, "");
                 t.traffic.qp = qp("rxe0", q);
                 t.traffic.tx_packets = u64::from(i) * 3;
                 t.traffic.tx_bytes = u64::from(i) * 3 * 4096;
@@ -116,14 +92,14 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
             }
             12 | 13 => {
                 let mut t: TcpBytesSample = zeroed();
-                t.header = g.header(EventKind::TcpBytes, pid, &comm);
+                t.header = header(g, EventKind::TcpBytes, pid, &comm);
                 t.bytes.tx_bytes = u64::from(i) * 100;
                 t.bytes.tx_calls = u64::from(i);
                 g.put(&t);
             }
             14 => {
                 let mut t: TcpStateEvent = zeroed();
-                t.header = g.header(EventKind::TcpState, pid, &comm);
+                t.header = header(g, EventKind::TcpState, pid, &comm);
                 t.tcp.family = 2;
                 t.tcp.state = 1;
                 t.tcp.sport = 40000 + (i % 1000) as u16;
@@ -135,7 +111,7 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
             }
             15 => {
                 let mut r: RetransmitEvent = zeroed();
-                r.header = g.header(EventKind::Retransmit, 0, "swapper/0");
+                r.header = header(g, EventKind::Retransmit, 0, "swapper/0");
                 r.transport = transport::TCP;
                 r.reason = reason::TCP_RETRANSMIT_SKB;
                 r.owner.pid = pid;
@@ -147,7 +123,7 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
             }
             16 => {
                 let mut c: CqNotifySample = zeroed();
-                c.header = g.header(EventKind::CqNotify, 0, "");
+                c.header = header(g, EventKind::CqNotify, 0, "");
                 c.notify.dev = name("rxe0");
                 c.notify.cqn = pid;
                 c.notify.owner_pid = pid;
@@ -156,7 +132,7 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
             }
             17 => {
                 let mut w: WcErrorEvent = zeroed();
-                w.header = g.header(EventKind::WcError, pid, &comm);
+                w.header = header(g, EventKind::WcError, pid, &comm);
                 w.qp = qp("rxe0", q);
                 w.status = 12;
                 w.owner_pid = pid;
@@ -164,7 +140,7 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
             }
             18 => {
                 let mut a: AsyncEvent = zeroed();
-                a.header = g.header(EventKind::AsyncEvent, pid, &comm);
+                a.header = header(g, EventKind::AsyncEvent, pid, &comm);
                 a.qp = qp("rxe0", q);
                 a.element = element::QP;
                 a.event_type = 3;
@@ -172,7 +148,7 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
             }
             _ => {
                 let mut c: CmEvent = zeroed();
-                c.header = g.header(EventKind::CmEvent, pid, &comm);
+                c.header = header(g, EventKind::CmEvent, pid, &comm);
                 c.qp = qp("rxe0", q);
                 c.event = 9;
                 c.owner_pid = pid;
@@ -184,12 +160,12 @@ fn job(g: &mut Gen, pid: u32, qps: u32, body: u32) {
     }
     for q in 0..qps {
         let mut d: QpDestroyEvent = zeroed();
-        d.header = g.header(EventKind::QpDestroy, pid, &comm);
+        d.header = header(g, EventKind::QpDestroy, pid, &comm);
         d.qp = qp("rxe0", base + q);
         g.put(&d);
     }
     let mut ev: ProcessEvent = zeroed();
-    ev.header = g.header(EventKind::ProcessExit, pid, &comm);
+    ev.header = header(g, EventKind::ProcessExit, pid, &comm);
     ev.ppid = 1;
     g.put(&ev);
 }
@@ -210,11 +186,8 @@ pub fn recording_in(jobs: u32, version: u32) -> (Vec<u8>, u64) {
         probes: Vec::new(),
         command: None,
     };
-    let w = match RecordingWriter::with_version(Vec::new(), &header, version) {
-        Ok(w) => w,
-        Err(e) => panic!("writing to memory failed: {e}"),
-    };
-    let mut g = Gen { w, ts: 0, cpu: 0 };
+    let mut g = Gen::new(&header, version);
+    g.ts = 0;
     for j in 0..jobs {
         job(&mut g, 1000 + j, 4, 200);
         // The recorder flushes a chunk at least once a second; a job takes about that long.
@@ -225,8 +198,5 @@ pub fn recording_in(jobs: u32, version: u32) -> (Vec<u8>, u64) {
         }
     }
     let events = g.w.events;
-    match g.w.finish() {
-        Ok((bytes, _)) => (bytes, events),
-        Err(e) => panic!("writing to memory failed: {e}"),
-    }
+    (g.finish(), events)
 }

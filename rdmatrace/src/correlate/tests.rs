@@ -1,39 +1,6 @@
 use super::{filter::Filter, Correlator};
-use crate::event::{Body, ModifyAttrs, QpInfo, QpKey, QpState, Record};
-
-fn rec(pid: u32, comm: &str, ts: u64, body: Body) -> Record {
-    Record {
-        ts_ns: ts,
-        wall_ns: ts,
-        cpu: 0,
-        pid,
-        tid: pid,
-        comm: comm.into(),
-        body,
-    }
-}
-
-fn qp(dev: &str, qpn: u32) -> QpInfo {
-    QpInfo {
-        key: QpKey {
-            dev: dev.into(),
-            qpn,
-        },
-        qp_type: 2,
-    }
-}
-
-fn modify(dev: &str, qpn: u32, to: QpState, ret: i32) -> Body {
-    Body::QpModify {
-        qp: qp(dev, qpn),
-        attrs: ModifyAttrs {
-            attr_mask: 1,
-            new_state: Some(to),
-            ..Default::default()
-        },
-        ret,
-    }
-}
+use crate::event::{Body, QpKey, QpState, Record};
+use crate::testing::{modify, qp_info as qp, record as rec};
 
 fn cur_state(r: &Record) -> Option<QpState> {
     match &r.body {

@@ -1,7 +1,5 @@
 use super::*;
-use crate::event::{
-    CmEvent, ModifyAttrs, QpInfo, QpTrafficDelta, Retransmit, TcpBytesDelta, Transport,
-};
+use crate::event::{CmEvent, QpTrafficDelta, Retransmit, TcpBytesDelta, Transport};
 
 /// The builder as the timeline sink drives it: each host's records observed by that host's
 /// correlator first.
@@ -33,41 +31,13 @@ const T0: u64 = 1_700_000_000_000_000_000;
 const MONO0: u64 = 5_000_000_000;
 
 fn rec(ms: u64, pid: u32, comm: &str, body: Body) -> Record {
-    Record {
-        ts_ns: MONO0 + ms * 1_000_000,
-        wall_ns: T0 + ms * 1_000_000,
-        cpu: 0,
-        pid,
-        tid: pid,
-        comm: comm.into(),
-        body,
-    }
+    crate::testing::record_at(MONO0 + ms * 1_000_000, T0 + ms * 1_000_000, pid, comm, body)
 }
 
-fn qp(dev: &str, qpn: u32) -> QpInfo {
-    QpInfo {
-        key: QpKey {
-            dev: dev.into(),
-            qpn,
-        },
-        qp_type: 2,
-    }
-}
+use crate::testing::qp_info as qp;
 
 fn modify(ms: u64, pid: u32, q: u32, state: QpState) -> Record {
-    rec(
-        ms,
-        pid,
-        "app",
-        Body::QpModify {
-            qp: qp("rxe0", q),
-            attrs: ModifyAttrs {
-                new_state: Some(state),
-                ..ModifyAttrs::default()
-            },
-            ret: 0,
-        },
-    )
+    rec(ms, pid, "app", crate::testing::modify("rxe0", q, state, 0))
 }
 
 fn slices(tl: &Timeline, track: u64) -> Vec<(u64, String, u64)> {

@@ -1,6 +1,7 @@
 use super::*;
 use crate::correlate::Correlator;
 use crate::event::{ModifyAttrs, QpInfo, QpTrafficDelta, Resource, TcpBytesDelta};
+use crate::testing::{modify, qp_info, record as rec};
 
 /// The analysis as the stage drives it: each record observed by the correlator first.
 #[derive(Default)]
@@ -20,36 +21,11 @@ impl Analysis {
     }
 }
 
-fn rec(pid: u32, comm: &str, ts: u64, body: Body) -> Record {
-    Record {
-        ts_ns: ts,
-        wall_ns: ts,
-        cpu: 0,
-        pid,
-        tid: pid,
-        comm: comm.into(),
-        body,
-    }
-}
 fn qp(qpn: u32) -> QpInfo {
-    QpInfo {
-        key: QpKey {
-            dev: "rxe0".into(),
-            qpn,
-        },
-        qp_type: 2,
-    }
+    qp_info("rxe0", qpn)
 }
 fn to(qpn: u32, s: QpState) -> Body {
-    Body::QpModify {
-        qp: qp(qpn),
-        attrs: ModifyAttrs {
-            attr_mask: 1,
-            new_state: Some(s),
-            ..Default::default()
-        },
-        ret: 0,
-    }
+    modify("rxe0", qpn, s, 0)
 }
 fn ctx(pid: u32) -> Body {
     Body::Resource(Resource {
