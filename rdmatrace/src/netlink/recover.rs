@@ -110,7 +110,9 @@ fn unbind_all(
 
 /// An exclusive `flock` on `DIR/lock`, so two runs starting together do not both undo the same
 /// journal. Released when dropped.
-struct DirLock(#[allow(dead_code)] std::fs::File);
+struct DirLock {
+    _file: std::fs::File,
+}
 
 impl DirLock {
     fn take(dir: &Path) -> std::io::Result<DirLock> {
@@ -126,7 +128,7 @@ impl DirLock {
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(DirLock(f))
+        Ok(DirLock { _file: f })
     }
 }
 
