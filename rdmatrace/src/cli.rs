@@ -245,8 +245,9 @@ pub struct ProbeArgs {
     pub btf_dir: PathBuf,
     /// Bind per-QP statistic counters over rdma netlink (auto mode, or one counter per
     /// existing QP) so retransmit counters can be blamed on a QP; changes the host's counter
-    /// mode, so it is announced and undone at exit. Drivers without per-QP counters (rxe) say
-    /// so and nothing changes.
+    /// mode, so it is announced and undone at exit (journaled under /run/rdmatrace: after a
+    /// kill -9 the next run undoes it). Drivers without per-QP counters say so and nothing
+    /// changes.
     #[arg(long)]
     pub bind_qp_counters: bool,
 }

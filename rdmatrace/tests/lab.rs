@@ -1483,11 +1483,104 @@ fn lab_counter_binding_is_announced_and_undone_at_exit() {
         "undone at exit: {after}\n{}",
         done.stderr
     );
+    let stale = binding_journals();
+    assert!(stale.is_empty(), "journal removed at exit: {stale:?}");
     // Without the flag nothing changes.
     let plain = start(&["trace"], READY_TIMEOUT);
     let untouched = counter_mode("rxe0/1");
     let _ = plain.stop();
     assert!(untouched.contains("off"), "{untouched}");
+}
+
+/// Undo journals of counter binding under /run/rdmatrace (the lock file is not one).
+fn binding_journals() -> Vec<String> {
+    std::fs::read_dir("/run/rdmatrace")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("bindings-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_counter_binding_left_by_kill_9_is_undone_by_the_next_run() {
+    in_lab();
+    for link in ["rxe0/1", "rxe1/1"] {
+        let before = counter_mode(link);
+        assert!(before.contains("off"), "lab starts unbound: {before}");
+    }
+    let tracer = start(&["trace", "--bind-qp-counters"], READY_TIMEOUT);
+    let pid = tracer.pid();
+    let during = counter_mode("rxe0/1");
+    let journals = binding_journals();
+    let killed = tracer.kill9();
+    assert!(!during.contains("off"), "auto mode while tracing: {during}");
+    assert!(
+        journals
+            .iter()
+            .any(|n| n.starts_with(&format!("bindings-{pid}-"))),
+        "a journal names the binding run {pid}: {journals:?}\n{}",
+        killed.stderr
+    );
+    // The damage is real: nothing could undo it.
+    let left = counter_mode("rxe0/1");
+    assert!(!left.contains("off"), "SIGKILL leaves auto mode: {left}");
+    // The next run, without the flag, undoes it and says so.
+    let next = run(&["trace", "--duration", "1"]);
+    assert!(next.status.success(), "{}", next.stderr);
+    for (link, dev) in [("rxe0/1", "rxe0"), ("rxe1/1", "rxe1")] {
+        let said = format!(
+            "rdmatrace: undid a counter binding left by a killed run (pid {pid}): {dev} port 1 \
+             auto mode off"
+        );
+        assert!(
+            next.stderr.lines().any(|l| l.starts_with(&said)),
+            "{said:?} in:\n{}",
+            next.stderr
+        );
+        let after = counter_mode(link);
+        assert!(after.contains("off"), "restored: {after}\n{}", next.stderr);
+    }
+    let stale = binding_journals();
+    assert!(stale.is_empty(), "no stale journal: {stale:?}");
+    // Once undone, it is not undone again.
+    let again = run(&["trace", "--duration", "1"]);
+    assert!(
+        !again.stderr.contains("left by a killed run"),
+        "{}",
+        again.stderr
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_counter_binding_is_undone_on_sighup() {
+    in_lab();
+    let before = counter_mode("rxe0/1");
+    assert!(before.contains("off"), "lab starts unbound: {before}");
+    let tracer = start(&["trace", "--bind-qp-counters"], READY_TIMEOUT);
+    let during = counter_mode("rxe0/1");
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    unsafe { libc::kill(tracer.pid() as i32, libc::SIGHUP) };
+    let done = tracer.wait();
+    assert!(!during.contains("off"), "auto mode while tracing: {during}");
+    assert!(
+        done.status.success(),
+        "SIGHUP ends the run cleanly: {}\n{}",
+        done.status,
+        done.stderr
+    );
+    let after = counter_mode("rxe0/1");
+    assert!(
+        after.contains("off"),
+        "undone on SIGHUP: {after}\n{}",
+        done.stderr
+    );
+    let stale = binding_journals();
+    assert!(stale.is_empty(), "journal removed: {stale:?}");
 }
 
 #[test]

@@ -104,6 +104,8 @@ async fn run<S: Sink>(
 ) -> anyhow::Result<End> {
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    // A closed terminal ends the run cleanly too (its default action would skip every undo).
+    let mut sighup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
     let deadline = duration.map(|d| Instant::now() + d);
     let mut tick = interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -111,6 +113,7 @@ async fn run<S: Sink>(
         let wake = tokio::select! {
             _ = sigint.recv() => Wake::End(End::Signal),
             _ = sigterm.recv() => Wake::End(End::Signal),
+            _ = sighup.recv() => Wake::End(End::Signal),
             _ = async { sleep(deadline.map_or(Duration::MAX, |d| d - Instant::now())).await },
                 if deadline.is_some() => Wake::End(End::Duration),
             status = async { command.as_mut().map(|c| c.wait()).expect("guarded").await },

@@ -8,12 +8,19 @@
 //! that already has QPs gets each of them bound manually, and QPs that appear later are bound
 //! manually as the QP table shows them. A port whose mode someone else set is left alone (its
 //! counters are still read).
+//!
+//! Every change is undone, whatever the way out: the end of the live loop (its end, SIGINT,
+//! SIGTERM, SIGHUP) calls [`Binder::finish`]; an error return drops the sampler, whose `Drop`
+//! does the same; a panic (the build aborts) runs the hook of [`recover::undo_on_panic`]; and a
+//! run that gets no chance at all (SIGKILL, or a signal before the live loop watches signals)
+//! leaves its [`journal`] under `/run/rdmatrace`, undone by the next run.
 
-use std::collections::BTreeSet;
+use std::path::Path;
 
 use super::{
+    journal::{self, Bound, Change, JournalFile, PortChange, PortOutcome},
     nldev::{self, Device, QpRow},
-    NetlinkError, RdmaNetlink,
+    recover, NetlinkError, RdmaNetlink,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,11 +33,13 @@ pub enum PortPlan {
     LeftAlone,
 }
 
-/// What we changed, to undo it.
+/// What we changed, to undo it: every change is written to the journal (under
+/// [`journal::DIR`]) before it is made, so a run that dies without [`Binder::finish`] is undone
+/// by the next one.
 pub struct Binder {
     ports: Vec<(Device, u32, PortPlan)>,
-    /// (device index, port, counter id, QPN) bound by us in manual mode.
-    manual: BTreeSet<(u32, u32, u32, u32)>,
+    /// `None`: no journal could be kept, so nothing is bound.
+    journal: Option<JournalFile>,
     /// Announcements and refusals, for the user.
     pub notes: Vec<String>,
 }
@@ -43,48 +52,44 @@ fn bindable(row: &QpRow) -> bool {
 impl Binder {
     /// Decides and applies the plan for every port of every device.
     pub fn start(nl: &mut RdmaNetlink) -> Result<Binder, NetlinkError> {
+        Binder::start_in(nl, Path::new(journal::DIR))
+    }
+
+    /// [`Binder::start`] with the journal in `dir`.
+    fn start_in(nl: &mut RdmaNetlink, dir: &Path) -> Result<Binder, NetlinkError> {
         let mut b = Binder {
             ports: Vec::new(),
-            manual: BTreeSet::new(),
+            journal: None,
             notes: Vec::new(),
         };
-        for dev in nl.devices()? {
+        let devices = nl.devices()?;
+        match JournalFile::for_this_process(dir) {
+            Ok(j) => b.journal = Some(j),
+            Err(e) => {
+                b.notes.push(format!(
+                    "per-QP counters not bound: no undo journal ({e}); without it a run killed \
+                     with -9 would leave them bound"
+                ));
+                return Ok(b);
+            }
+        }
+        recover::undo_on_panic(dir.to_path_buf());
+        for dev in devices {
             let rows = nl.qps(&dev).unwrap_or_default();
             for port in 1..=dev.ports.max(1) {
                 let plan = match nl.counter_mode(&dev, port) {
-                    Ok((nldev::COUNTER_MODE_NONE, _)) => {
-                        let existing: Vec<&QpRow> = rows
+                    Ok((nldev::COUNTER_MODE_NONE, prev_mask)) => {
+                        let existing = rows
                             .iter()
                             .filter(|r| bindable(r) && (r.port == port || r.port == 0))
-                            .collect();
-                        if existing.is_empty() {
-                            match nl.set_auto_mode(
-                                &dev,
-                                port,
-                                nldev::COUNTER_MASK_PID | nldev::COUNTER_MASK_QP_TYPE,
-                            ) {
-                                Ok(()) => {
-                                    b.notes.push(format!(
-                                        "bound per-QP counters on {}/{port}: auto mode, one \
-                                         counter per process and QP type (undone at exit)",
-                                        dev.name
-                                    ));
-                                    PortPlan::Auto
-                                }
-                                Err(e) => {
-                                    b.notes.push(format!(
-                                        "per-QP counters off on {}/{port}: {e}",
-                                        dev.name
-                                    ));
-                                    PortPlan::LeftAlone
-                                }
-                            }
+                            .count();
+                        if existing == 0 {
+                            b.set_auto(nl, &dev, port, prev_mask)
                         } else {
                             b.notes.push(format!(
                                 "binding per-QP counters on {}/{port}: manual mode, one counter \
-                                 per QP ({} existing QPs; undone at exit)",
-                                dev.name,
-                                existing.len()
+                                 per QP ({existing} existing QPs; undone at exit)",
+                                dev.name
                             ));
                             PortPlan::Manual
                         }
@@ -111,8 +116,58 @@ impl Binder {
         Ok(b)
     }
 
-    /// Binds QPs (rows of the QP table) on ports in manual mode that are not bound yet.
+    /// Auto mode on a port in no mode: journaled first, then set.
+    fn set_auto(
+        &mut self,
+        nl: &mut RdmaNetlink,
+        dev: &Device,
+        port: u32,
+        prev_mask: u32,
+    ) -> PortPlan {
+        let Some(jf) = self.journal.as_mut() else {
+            return PortPlan::LeftAlone;
+        };
+        let mask = nldev::COUNTER_MASK_PID | nldev::COUNTER_MASK_QP_TYPE;
+        jf.journal.ports.push(PortChange {
+            dev: dev.name.clone(),
+            dev_index: dev.index,
+            port,
+            prev_mode: nldev::COUNTER_MODE_NONE,
+            prev_mask,
+            change: Change::Auto { mask },
+        });
+        if let Err(e) = jf.save() {
+            jf.journal.ports.pop();
+            self.notes
+                .push(format!("per-QP counters off on {}/{port}: {e}", dev.name));
+            return PortPlan::LeftAlone;
+        }
+        match nl.set_auto_mode(dev, port, mask) {
+            Ok(()) => {
+                self.notes.push(format!(
+                    "bound per-QP counters on {}/{port}: auto mode, one counter per process and \
+                     QP type (undone at exit)",
+                    dev.name
+                ));
+                PortPlan::Auto
+            }
+            Err(e) => {
+                jf.journal.ports.pop();
+                // A stale entry would only be found already off by the undo.
+                let _ = jf.save();
+                self.notes
+                    .push(format!("per-QP counters off on {}/{port}: {e}", dev.name));
+                PortPlan::LeftAlone
+            }
+        }
+    }
+
+    /// Binds QPs (rows of the QP table) on ports in manual mode that are not bound yet; each
+    /// bind is journaled before it is asked for.
     pub fn bind_new(&mut self, nl: &mut RdmaNetlink, rows: &[QpRow]) {
+        let Some(jf) = self.journal.as_mut() else {
+            return;
+        };
         for row in rows.iter().filter(|r| bindable(r)) {
             let Some((dev, port)) = self
                 .ports
@@ -126,62 +181,67 @@ impl Binder {
             else {
                 continue;
             };
-            if self
-                .manual
-                .iter()
-                .any(|&(d, p, _, q)| d == dev.index && p == port && q == row.lqpn)
-            {
+            if jf.journal.has_bound(dev.index, port, row.lqpn) {
                 continue;
             }
-            match nl.bind_manual(&dev, port, row.lqpn) {
+            let qpn = row.lqpn;
+            jf.journal
+                .push_bound(&dev.name, dev.index, port, Bound { qpn, counter: None });
+            if let Err(e) = jf.save() {
+                jf.journal.settle_bound(dev.index, port, qpn, None);
+                self.notes.push(format!("cannot bind a counter: {e}"));
+                continue;
+            }
+            match nl.bind_manual(&dev, port, qpn) {
                 Ok(id) => {
-                    self.manual.insert((dev.index, port, id, row.lqpn));
+                    jf.journal.settle_bound(dev.index, port, qpn, Some(id));
+                    // Unsaved, the entry still names the QP: the undo finds its counter by QPN.
+                    if let Err(e) = jf.save() {
+                        self.notes.push(e.to_string());
+                    }
                 }
                 // The QP may be gone already, or bound by someone else: note once, go on.
-                Err(e) => self.notes.push(format!("cannot bind a counter: {e}")),
+                Err(e) => {
+                    jf.journal.settle_bound(dev.index, port, qpn, None);
+                    // Unsaved, the undo finds no counter holding the QP and does nothing.
+                    let _ = jf.save();
+                    self.notes.push(format!("cannot bind a counter: {e}"));
+                }
             }
         }
     }
 
-    /// Undoes everything `start` and `bind_new` did; returns what could not be undone.
+    /// Undoes everything `start` and `bind_new` did and removes the journal; returns what could
+    /// not be undone (the journal is then kept, for the next run to retry).
     pub fn finish(self, nl: &mut RdmaNetlink) -> Vec<String> {
-        let mut problems = Vec::new();
-        for (dev, port, plan) in &self.ports {
-            if *plan != PortPlan::Auto {
-                continue;
-            }
-            if let Err(e) = nl.set_auto_mode(dev, *port, 0) {
-                problems.push(format!(
-                    "cannot turn auto mode off on {}/{port}: {e}",
-                    dev.name
+        let Some(mut jf) = self.journal else {
+            return Vec::new();
+        };
+        if !jf.written {
+            return Vec::new();
+        }
+        let report = recover::undo(nl, &jf.journal);
+        let mut out = Vec::new();
+        for (pc, outcome) in &report.outcomes {
+            if let PortOutcome::ChangedSince { mode, mask } = outcome {
+                out.push(format!(
+                    "per-QP counters on {}/{} were reconfigured by someone else while we ran \
+                     (mode {mode}, mask {mask:#x}): left as they are",
+                    pc.dev, pc.port
                 ));
-                continue;
-            }
-            // Counters auto mode bound stay until unbound (the port is now in manual mode).
-            for c in nl.qp_counters(dev).unwrap_or_default() {
-                if c.port != *port {
-                    continue;
-                }
-                for qpn in c.qpns {
-                    if let Err(e) = nl.unbind(dev, *port, c.id, qpn) {
-                        if e.errno() != Some(libc::ENOENT) {
-                            problems.push(e.to_string());
-                        }
-                    }
-                }
             }
         }
-        for &(index, port, id, qpn) in &self.manual {
-            let Some((dev, ..)) = self.ports.iter().find(|(d, ..)| d.index == index) else {
-                continue;
-            };
-            if let Err(e) = nl.unbind(dev, port, id, qpn) {
-                // A destroyed QP took its binding with it.
-                if e.errno() != Some(libc::ENOENT) {
-                    problems.push(e.to_string());
-                }
+        if report.problems.is_empty() {
+            if let Err(e) = jf.remove() {
+                out.push(e.to_string());
             }
+        } else {
+            out.extend(report.problems);
+            out.push(format!(
+                "the undo journal {} is kept: the next rdmatrace run will undo the rest",
+                jf.path.display()
+            ));
         }
-        problems
+        out
     }
 }

@@ -4,7 +4,9 @@
 
 pub mod attr;
 pub mod binding;
+pub mod journal;
 pub mod nldev;
+pub mod recover;
 pub mod sampler;
 pub mod table;
 #[cfg(test)]

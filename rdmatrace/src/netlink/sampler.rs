@@ -31,8 +31,13 @@ fn comm_of(row: &QpRow) -> String {
 impl NetlinkSampler {
     /// Opens the socket; with `bind`, binds per-QP counters (announced in
     /// [`NetlinkSampler::take_warnings`], undone by [`NetlinkSampler::finish`]).
+    ///
+    /// First, counter bindings left by a run that could not undo them (killed with -9) are
+    /// undone, and said so in the warnings.
     pub fn open(bind: bool) -> Result<NetlinkSampler, NetlinkError> {
         let mut nl = RdmaNetlink::open()?;
+        let recovered =
+            super::recover::recover_dead_runs(&mut nl, std::path::Path::new(super::journal::DIR));
         let binder = if bind {
             Some(Binder::start(&mut nl)?)
         } else {
@@ -43,7 +48,7 @@ impl NetlinkSampler {
             qps: QpTable::default(),
             counters: CounterTable::default(),
             binder,
-            warnings: Vec::new(),
+            warnings: recovered,
             said: Default::default(),
         };
         if let Some(b) = &mut s.binder {
@@ -109,6 +114,18 @@ impl NetlinkSampler {
         match self.binder.take() {
             Some(b) => b.finish(&mut self.nl),
             None => Vec::new(),
+        }
+    }
+}
+
+impl Drop for NetlinkSampler {
+    /// A command that ends by an error (a `?` after the sampler was made) never calls
+    /// [`NetlinkSampler::finish`]: undo here, and say what could not be undone.
+    fn drop(&mut self) {
+        if let Some(b) = self.binder.take() {
+            for p in b.finish(&mut self.nl) {
+                eprintln!("rdmatrace: {p}");
+            }
         }
     }
 }
