@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench|fuzz>`.
+//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench|fuzz|cross>`.
 //!
 //! Everything a fresh machine needs is installed here, idempotently: a second run costs seconds
 //! and says what it skipped.
@@ -6,6 +6,7 @@
 mod bench;
 mod bootstrap;
 mod cmd;
+mod cross;
 mod demo;
 mod fuzz;
 mod lab;
@@ -35,12 +36,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
-    /// Run every test tier: host (cargo test) and lab (real RDMA programs under the tracer).
+    /// Run every test tier: host (cargo test), cross (aarch64 build only) and lab (real RDMA
+    /// programs under the tracer).
     Test {
         /// Fail instead of skipping when the lab cannot run (CI sets this).
         #[arg(long)]
         require_lab: bool,
-        /// Only the host tier.
+        /// Only the host tier (the cross and lab tiers are reported as skipped).
         #[arg(long)]
         host_only: bool,
     },
@@ -65,6 +67,15 @@ enum Command {
         /// Total time, split evenly between the targets.
         #[arg(long, default_value_t = 600)]
         secs: u64,
+    },
+    /// Build the kernel programs and the release rdmatrace for aarch64-unknown-linux-gnu (Grace
+    /// hosts) into target/cross, installing the target and the cross linker when missing; checks
+    /// the result is an aarch64 ELF. Build only: x86_64 is the tested architecture.
+    Cross {
+        /// Build std from nightly's rust-src even when rustup has rust-std for the target (the
+        /// fallback taken when rustup cannot fetch it).
+        #[arg(long)]
+        build_std: bool,
     },
 }
 
@@ -92,6 +103,10 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Demo => demo::run(),
         Command::Fuzz { secs } => {
             fuzz::run(secs)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cross { build_std } => {
+            cross::main(build_std)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench {
