@@ -45,6 +45,9 @@ enum Command {
         /// Only the host tier (the cross and lab tiers are reported as skipped).
         #[arg(long)]
         host_only: bool,
+        /// The host and cross tiers, not the lab (reported as skipped): no VM is booted.
+        #[arg(long, conflicts_with = "require_lab")]
+        no_lab: bool,
     },
     /// The main job on the embedded default: boot the lab and trace a real ibv_rc_pingpong.
     Demo,
@@ -99,7 +102,8 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Test {
             require_lab,
             host_only,
-        } => test::run(require_lab, host_only),
+            no_lab,
+        } => test::run(require_lab, host_only, no_lab),
         Command::Demo => demo::run(),
         Command::Fuzz { secs } => {
             fuzz::run(secs)?;

@@ -136,7 +136,7 @@ fn cross_tier() -> Tier {
     }
 }
 
-pub fn run(require_lab: bool, host_only: bool) -> anyhow::Result<ExitCode> {
+pub fn run(require_lab: bool, host_only: bool, no_lab: bool) -> anyhow::Result<ExitCode> {
     let require_lab = require_lab || std::env::var("CI").is_ok_and(|v| v == "true");
     bootstrap::toolchain()?;
     bootstrap::workload_deps()?;
@@ -163,6 +163,8 @@ pub fn run(require_lab: bool, host_only: bool) -> anyhow::Result<ExitCode> {
     let mut tiers = vec![("host".to_string(), host), (CROSS.to_string(), cross)];
     if host_only {
         tiers.push(("lab".into(), Tier::Skipped("--host-only was given".into())));
+    } else if no_lab {
+        tiers.push(("lab".into(), Tier::Skipped("--no-lab was given".into())));
     } else {
         tiers.extend(lab_tiers());
     }
