@@ -1,5 +1,6 @@
 //! rdmatrace kernel programs. Each probe area lives in `probes/<area>.rs`; the maps every area
-//! shares are in `maps.rs` and the common event plumbing (header, filter, output) in `emit.rs`.
+//! shares are in `maps.rs`, the common event plumbing (header, filter, output) in `emit.rs`,
+//! kernel memory reads in `read.rs` and every per-architecture register access in `regs.rs`.
 #![no_std]
 #![no_main]
 
@@ -7,6 +8,7 @@ mod emit;
 mod maps;
 mod probes;
 mod read;
+mod regs;
 
 #[cfg(not(test))]
 #[panic_handler]

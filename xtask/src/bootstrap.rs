@@ -137,7 +137,7 @@ const PACKAGES: &[(&str, Option<&str>)] = &[
 
 const BACKPORTS: &str = "/etc/apt/sources.list.d/rdmatrace-bookworm-backports.sources";
 
-fn installed(pkg: &str) -> bool {
+pub(crate) fn installed(pkg: &str) -> bool {
     output(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))
         .is_some_and(|s| s.contains("install ok installed"))
 }

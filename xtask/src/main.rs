@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench|fuzz|fixtures>`.
+//! Project automation: `cargo xtask <bootstrap|lab|test|demo|bench|fuzz|fixtures|cross>`.
 //!
 //! Everything a fresh machine needs is installed here, idempotently: a second run costs seconds
 //! and says what it skipped.
@@ -6,6 +6,7 @@
 mod bench;
 mod bootstrap;
 mod cmd;
+mod cross;
 mod demo;
 mod fixtures;
 mod fuzz;
@@ -36,14 +37,18 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
-    /// Run every test tier: host (cargo test) and lab (real RDMA programs under the tracer).
+    /// Run every test tier: host (cargo test), cross (aarch64 build only) and lab (real RDMA
+    /// programs under the tracer).
     Test {
         /// Fail instead of skipping when the lab cannot run (CI sets this).
         #[arg(long)]
         require_lab: bool,
-        /// Only the host tier.
+        /// Only the host tier (the cross and lab tiers are reported as skipped).
         #[arg(long)]
         host_only: bool,
+        /// The host and cross tiers, not the lab (reported as skipped): no VM is booted.
+        #[arg(long, conflicts_with = "require_lab")]
+        no_lab: bool,
     },
     /// The main job on the embedded default: boot the lab and trace a real ibv_rc_pingpong.
     Demo,
@@ -70,6 +75,15 @@ enum Command {
         #[arg(long, default_value_t = 600)]
         secs: u64,
     },
+    /// Build the kernel programs and the release rdmatrace for aarch64-unknown-linux-gnu (Grace
+    /// hosts) into target/cross, installing the target and the cross linker when missing; checks
+    /// the result is an aarch64 ELF. Build only: x86_64 is the tested architecture.
+    Cross {
+        /// Build std from nightly's rust-src even when rustup has rust-std for the target (the
+        /// fallback taken when rustup cannot fetch it).
+        #[arg(long)]
+        build_std: bool,
+    },
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -92,7 +106,8 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Test {
             require_lab,
             host_only,
-        } => test::run(require_lab, host_only),
+            no_lab,
+        } => test::run(require_lab, host_only, no_lab),
         Command::Demo => demo::run(),
         Command::Fixtures => {
             fixtures::run()?;
@@ -100,6 +115,10 @@ fn run() -> anyhow::Result<ExitCode> {
         }
         Command::Fuzz { secs } => {
             fuzz::run(secs)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cross { build_std } => {
+            cross::main(build_std)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench {

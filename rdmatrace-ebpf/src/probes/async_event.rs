@@ -12,7 +12,8 @@ use rdmatrace_common::{
 use crate::{
     emit::{config, header, output},
     probes::qp::qp_ident,
-    read::{self, arg},
+    read,
+    regs::arg,
 };
 
 #[inline(always)]

@@ -11,7 +11,8 @@ use rdmatrace_common::{
 use crate::{
     emit::{config, header, output, wanted_pid},
     probes::{qp::qp_ident, res::res_owner},
-    read::{self, arg},
+    read,
+    regs::arg,
 };
 
 const AF_INET: u16 = 2;

@@ -14,7 +14,8 @@ use crate::{
     emit::{config, header, output, wanted_pid},
     maps::CQ_NOTIFY,
     probes::res::res_owner,
-    read::{self, arg},
+    read,
+    regs::arg,
 };
 
 /// `enum rdma_restrack_type` of CQs.

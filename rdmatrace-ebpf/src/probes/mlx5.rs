@@ -13,7 +13,7 @@ use rdmatrace_common::{
 use crate::{
     emit::{config, header, output},
     probes::{qp::qp_ident, res::remember_mr_access},
-    read::arg,
+    regs::arg,
 };
 
 #[kprobe]

@@ -17,7 +17,8 @@ use rdmatrace_common::{
 use crate::{
     emit::{config, header, output, wanted},
     maps::{PENDING_CREATE, PENDING_DESTROY, PENDING_MODIFY},
-    read::{self, arg},
+    read,
+    regs::{self, arg},
 };
 
 /// Largest errno the kernel encodes in a pointer (`MAX_ERRNO`).
@@ -64,7 +65,7 @@ fn try_qp_create_exit(ctx: &RetProbeContext) -> Option<u32> {
     // SAFETY: all-zero is a valid value of this integer-only struct.
     let mut ev: QpCreateEvent = unsafe { core::mem::zeroed() };
     header(&mut ev.header, EventKind::QpCreate as u32);
-    let ret: u64 = ctx.ret::<u64>();
+    let ret: u64 = regs::ret(ctx);
     if ret >= MAX_ERRNO.wrapping_neg() {
         ev.ret = ret as i64 as i32;
         ev.qp.qp_type = read::field::<u32>(init_attr, cfg.init_attr_qp_type).unwrap_or(0);
@@ -144,7 +145,7 @@ fn try_qp_modify_exit(ctx: &RetProbeContext) -> Option<u32> {
     // SAFETY: a live map value of this task's key; only this task touches it between entry and
     // return, and it is removed right after use.
     unsafe {
-        (*ev).ret = ctx.ret::<i64>() as i32;
+        (*ev).ret = regs::ret::<i64>(ctx) as i32;
         output(&*ev);
     }
     let _ = PENDING_MODIFY.remove(key);
@@ -181,7 +182,7 @@ fn try_qp_destroy_exit(ctx: &RetProbeContext) -> Option<u32> {
     let ev = PENDING_DESTROY.get_ptr_mut(key)?;
     // SAFETY: as in `try_qp_modify_exit`.
     unsafe {
-        (*ev).ret = ctx.ret::<i64>() as i32;
+        (*ev).ret = regs::ret::<i64>(ctx) as i32;
         output(&*ev);
     }
     let _ = PENDING_DESTROY.remove(key);

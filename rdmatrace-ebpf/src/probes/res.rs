@@ -17,7 +17,7 @@ use rdmatrace_common::{
 use crate::{
     emit::{config, header, output, wanted_pid},
     maps::{PENDING_MR_ACCESS, PENDING_RES},
-    read,
+    read, regs,
 };
 
 /// `enum rdma_restrack_type`: QPs have their own, richer events.
@@ -86,7 +86,7 @@ pub fn remember_mr_access(access: u32) {
 
 #[kprobe]
 pub fn res_add_enter(ctx: ProbeContext) -> u32 {
-    if let Some(res) = ctx.arg::<u64>(0) {
+    if let Some(res) = regs::arg_at(&ctx, 0) {
         let _ = PENDING_RES.insert(bpf_get_current_pid_tgid(), res, 0);
     }
     0
@@ -113,5 +113,5 @@ pub fn res_del(ctx: ProbeContext) -> u32 {
 
 fn try_res_del(ctx: &ProbeContext) -> Option<u32> {
     let cfg = config()?;
-    emit(cfg, ctx.arg::<u64>(0)?, EventKind::ResourceDel)
+    emit(cfg, regs::arg_at(ctx, 0)?, EventKind::ResourceDel)
 }

@@ -14,7 +14,8 @@ use crate::{
     emit::{config, header, output},
     maps::QP_TRAFFIC,
     probes::{qp::qp_ident, res::remember_mr_access},
-    read::{self, arg},
+    read,
+    regs::{self, arg},
 };
 
 #[inline(always)]
@@ -47,7 +48,7 @@ pub fn rxe_rnr_nak_timer(ctx: ProbeContext) -> u32 {
 
 fn try_rxe_timer(ctx: &ProbeContext, why: u32) -> Option<u32> {
     let cfg = config()?;
-    let timer: u64 = ctx.arg(0)?;
+    let timer = regs::arg_at(ctx, 0)?;
     let off = if why == reason::RXE_RETRANSMIT_TIMER {
         cfg.rxe_qp_retrans_timer
     } else {

@@ -18,7 +18,7 @@ use rdmatrace_common::{
 use crate::{
     emit::{config, header, output, wanted, wanted_pid},
     maps::{SOCK_OWNER, TCP_BYTES},
-    read,
+    read, regs,
 };
 
 const AF_INET: u16 = 2;
@@ -40,7 +40,7 @@ fn remember_owner(sk: u64) {
 
 #[kprobe]
 pub fn tcp_sendmsg_owner(ctx: ProbeContext) -> u32 {
-    if let Some(sk) = ctx.arg::<u64>(0) {
+    if let Some(sk) = regs::arg_at(&ctx, 0) {
         remember_owner(sk);
     }
     0
@@ -200,7 +200,7 @@ fn count_ret(ctx: &RetProbeContext, tx: bool) -> Option<u32> {
     if !wanted(config()?) {
         return None;
     }
-    let ret = ctx.ret::<i64>() as i32;
+    let ret = regs::ret::<i64>(ctx) as i32;
     if ret <= 0 {
         return None;
     }

@@ -4,7 +4,7 @@
 
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::{bpf_get_attach_cookie, bpf_get_stack, bpf_probe_read_user},
+    helpers::{bpf_get_attach_cookie, bpf_get_stack},
     macros::uprobe,
     programs::ProbeContext,
     EbpfContext as _,
@@ -14,6 +14,7 @@ use rdmatrace_common::event::{EventKind, VerbsCallEvent, STACK_DEPTH};
 use crate::{
     emit::{config, header, lost, wanted},
     maps::EVENTS,
+    regs,
 };
 
 #[uprobe]
@@ -39,8 +40,8 @@ fn try_verbs_call(ctx: &ProbeContext) -> Option<u32> {
         (*ev).func = bpf_get_attach_cookie(ctx.as_ptr()) as u32;
         // The kernel's user-stack walk follows frame pointers from the caller's frame: at a
         // function's entry that skips the direct caller, whose return address is still at the
-        // top of the stack. Walk into ips[1..], then put the entry IP first and that return
-        // address second.
+        // top of the stack (x86_64) or in the link register (aarch64). Walk into ips[1..], then
+        // put the entry IP first and that return address second (`regs` knows where they are).
         let ips = &mut (*ev).ips;
         let got = bpf_get_stack(
             ctx.as_ptr(),
@@ -49,9 +50,8 @@ fn try_verbs_call(ctx: &ProbeContext) -> Option<u32> {
             u64::from(BPF_F_USER_STACK),
         );
         let walked = if got > 0 { got as u32 / 8 } else { 0 };
-        let regs = &*ctx.regs;
-        ips[0] = regs.rip;
-        ips[1] = bpf_probe_read_user(regs.rsp as *const u64).unwrap_or(0);
+        ips[0] = regs::uprobe_entry_ip(ctx);
+        ips[1] = regs::uprobe_return_address(ctx);
         (*ev).frames = if ips[1] == 0 { 1 } else { walked.max(1) + 1 };
     }
     entry.submit(0);
