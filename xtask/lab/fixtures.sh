@@ -26,15 +26,16 @@ fresh_devices() {
     done
     echo "fresh devices: GIDs not populated"; return 1
 }
-# A client retried until its server listens (TCG boots are slow to start programs).
-retry='for i in $(seq 40); do "$@" && exit 0; sleep 0.5; done; exit 1'
+# A client started once its server listens on TCP port $1 (TCG is slow to start programs), so
+# no failed first attempt ends up in the fixture.
+after_listen='for i in $(seq 200); do ss -Hltn "sport = :$0" | grep -q . && exec "$@"; sleep 0.1; done; exit 1'
 
 # 1. lab-pingpong: an ibv_rc_pingpong pair between rxe1 and rxe0, then a refused modify
 #    (rt-bad-modify: RESET->RTS, EINVAL) on rxe1.
 fresh_devices
 rec lab-pingpong bash -c "
-    ibv_rc_pingpong -d rxe1 -g 1 -n 100 > $out/pingpong-server.txt 2>&1 &
-    bash -c '$retry' _ ibv_rc_pingpong -d rxe0 -g 1 -n 100 192.0.2.2 > $out/pingpong-client.txt 2>&1
+    ibv_rc_pingpong -d rxe1 -g 1 -n 20 > $out/pingpong-server.txt 2>&1 &
+    bash -c '$after_listen' 18515 ibv_rc_pingpong -d rxe0 -g 1 -n 20 192.0.2.2 > $out/pingpong-client.txt 2>&1
     wait
     $w/rt-bad-modify --dev rxe1 > $out/bad-modify.txt 2>&1"
 
@@ -45,7 +46,7 @@ fresh_devices
 tc qdisc add dev "$LAB_NIC_A" root netem loss 5%
 rec lab-loss bash -c "
     ib_write_bw -d rxe1 -x 1 -F -s 4096 -n 300 > $out/loss-server.txt 2>&1 &
-    bash -c '$retry' _ ib_write_bw -d rxe0 -x 1 -F -s 4096 -n 300 192.0.2.2 > $out/loss-client.txt 2>&1
+    bash -c '$after_listen' 18515 ib_write_bw -d rxe0 -x 1 -F -s 4096 -n 300 192.0.2.2 > $out/loss-client.txt 2>&1
     wait
     python3 -c '
 import socket
@@ -57,7 +58,7 @@ while True:
     if not b: break
     n += len(b)
 print(\"tcp server received\", n)' > $out/tcp-server.txt 2>&1 &
-    bash -c '$retry' _ python3 -c '
+    bash -c '$after_listen' 5556 python3 -c '
 import socket
 c = socket.create_connection((\"192.0.2.2\", 5556), source_address=(\"192.0.2.1\", 0))
 c.sendall(b\"x\" * (4 << 20)); c.close()'
@@ -82,7 +83,7 @@ rec lab-verbs bash -c "$w/rt-mover --mib 1 > $out/verbs.txt 2>&1"
 fresh_devices
 rec lab-verdicts bash -c "
     ib_write_bw -d rxe1 -x 1 -F -s 65536 -n 200 > $out/verdicts-server.txt 2>&1 &
-    bash -c '$retry' _ ib_write_bw -d rxe0 -x 1 -F -s 65536 -n 200 192.0.2.2 > $out/verdicts-client.txt 2>&1
+    bash -c '$after_listen' 18515 ib_write_bw -d rxe0 -x 1 -F -s 65536 -n 200 192.0.2.2 > $out/verdicts-client.txt 2>&1
     wait
     $w/rt-fallback --dev rxe0 --from 192.0.2.1 --to 192.0.2.2 --mib 8 > $out/fallback.txt 2>&1"
 echo "fixtures recorded in $out"
