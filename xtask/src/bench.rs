@@ -7,6 +7,7 @@
 //! - lab: perftest over Soft-RoCE, interleaved without a tracer / with rdmatrace / with
 //!   bpftrace; attach time, peak RSS
 
+mod bigfile;
 mod lab;
 mod replay;
 mod report;
@@ -76,6 +77,9 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         o.storm_secs
     );
     let storms = storm::run(o.storm_secs)?;
+    eprintln!("\n== bench: replay of a 1 GiB recording (memory)");
+    // A failure is reported in BENCHMARKS.md, not fatal to the other figures.
+    let big = bigfile::run().map_err(|e| format!("{e:#}"));
     let lab = if o.skip_lab {
         eprintln!("\n== bench 3/3: lab SKIPPED (--skip-lab)");
         None
@@ -92,6 +96,7 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         reproduce: &reproduce(o),
         replay: &replay,
         storms: &storms,
+        big: big.as_ref(),
         lab: lab.as_ref().map(|r| r.as_ref()),
         fixtures: &report::fixture_sizes()?,
     });

@@ -44,6 +44,7 @@ pub struct Inputs<'a> {
     pub reproduce: &'a str,
     pub replay: &'a Replay,
     pub storms: &'a [Storm],
+    pub big: Result<&'a super::bigfile::BigReplay, &'a String>,
     pub lab: Option<Result<&'a LabResults, &'a String>>,
     pub fixtures: &'a [FixtureSize],
 }
@@ -398,6 +399,29 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
     s.push('\n');
 }
 
+fn big_section(s: &mut String, big: Result<&super::bigfile::BigReplay, &String>) {
+    let _ = writeln!(s, "## Replay memory: a 1 GiB recording, read as a stream\n");
+    match big {
+        Ok(b) => {
+            let _ = writeln!(
+                s,
+                "| file | events | wall | events/s | peak RSS | peak RSS on the fixture alone | command |\n|---|---|---|---|---|---|---|\n\
+                 | {:.2} GiB | {} | {:.1} s | {:.2} M | {:.1} MiB | {:.1} MiB | `{}` |\n",
+                b.file_bytes as f64 / (1u64 << 30) as f64,
+                b.events,
+                b.wall_ms / 1e3,
+                b.events as f64 / (b.wall_ms / 1e3) / 1e6,
+                b.rss_kib as f64 / 1024.0,
+                b.small_rss_kib as f64 / 1024.0,
+                b.command
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(s, "Not measured: {e}\n");
+        }
+    }
+}
+
 pub fn markdown(i: &Inputs<'_>) -> String {
     let m = i.machine;
     let mut s = String::new();
@@ -413,6 +437,7 @@ pub fn markdown(i: &Inputs<'_>) -> String {
     replay_section(&mut s, i.replay);
     size_section(&mut s, i);
     storm_section(&mut s, i.storms);
+    big_section(&mut s, i.big);
     lab_section(&mut s, i.lab, i.reproduce);
     s
 }

@@ -37,7 +37,7 @@ pub struct Storm {
 }
 
 /// (utime + stime in ms, VmHWM in KiB) of a live process.
-fn sample(pid: u32, tck: f64) -> Option<(f64, u64)> {
+pub(super) fn sample(pid: u32, tck: f64) -> Option<(f64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the `(comm)`, which may hold spaces: state is field 3, utime 14, stime 15.
     let rest = stat.rsplit_once(')')?.1;
@@ -51,7 +51,7 @@ fn sample(pid: u32, tck: f64) -> Option<(f64, u64)> {
     Some((ticks * 1000.0 / tck, hwm))
 }
 
-fn clock_ticks() -> f64 {
+pub(super) fn clock_ticks() -> f64 {
     crate::cmd::output(Command::new("getconf").arg("CLK_TCK"))
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(100.0)
