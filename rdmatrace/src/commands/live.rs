@@ -216,20 +216,6 @@ pub fn loss_text(lost: u64, per_cpu: &[u64]) -> Option<String> {
     ))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::loss_text;
-
-    #[test]
-    fn loss_text_names_the_cpus_that_dropped_and_the_remedy() {
-        assert_eq!(loss_text(0, &[0, 0]), None);
-        let t = loss_text(5, &[0, 3, 0, 2]).expect("a message");
-        assert!(t.contains("5 events were dropped"), "{t}");
-        assert!(t.contains("(per CPU: cpu1 3, cpu3 2)"), "{t}");
-        assert!(t.contains("--ringbuf-size"), "{t}");
-    }
-}
-
 /// The sampler every live command uses: kernel aggregates, sysfs port counters and, when the
 /// kernel has RDMA netlink, the QP resource table (and per-QP counters, bound only with
 /// `bind_qp_counters`). A source that cannot open is said once; the rest still sample.
@@ -290,4 +276,18 @@ fn spawn_traced(
         .with_context(|| format!("cannot run {prog}"));
     tracer.untrace_pid(std::process::id())?;
     Ok(Some(spawned?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loss_text;
+
+    #[test]
+    fn loss_text_names_the_cpus_that_dropped_and_the_remedy() {
+        assert_eq!(loss_text(0, &[0, 0]), None);
+        let t = loss_text(5, &[0, 3, 0, 2]).expect("a message");
+        assert!(t.contains("5 events were dropped"), "{t}");
+        assert!(t.contains("(per CPU: cpu1 3, cpu3 2)"), "{t}");
+        assert!(t.contains("--ringbuf-size"), "{t}");
+    }
 }

@@ -41,6 +41,9 @@ pub struct BlameRow {
     pub reasons: Vec<String>,
 }
 
+/// A per-port counter total: (device, port, counter name, sum of deltas).
+pub type PortCounter = (CompactString, u32, String, u64);
+
 /// (owner pid, transport, target): one blame row.
 type BlameKey = (u32, &'static str, String);
 
@@ -117,7 +120,7 @@ impl Blame {
     }
 
     /// Rows by count, most first; per-port totals that are not zero.
-    pub fn finish(self) -> (Vec<BlameRow>, Vec<(CompactString, u32, String, u64)>) {
+    pub fn finish(self) -> (Vec<BlameRow>, Vec<PortCounter>) {
         let mut rows: Vec<BlameRow> = self
             .rows
             .into_iter()
