@@ -818,7 +818,8 @@ fn verdicts(events: &[Value]) -> std::collections::HashMap<u64, (String, Value)>
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
     in_lab();
-    let rec_file = std::env::temp_dir().join("verdicts.rdmt");
+    let dir = test_dir("lab-verdicts");
+    let rec_file = dir.path().join("verdicts.rdmt");
     let recorder = start(
         &["record", "-o", rec_file.to_str().expect("utf8")],
         READY_TIMEOUT,
@@ -1075,7 +1076,8 @@ fn lab_dead_peer_error_completions_and_completion_events_match_the_program() {
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_blame_names_the_process_on_the_lossy_path_first() {
     in_lab();
-    let file = std::env::temp_dir().join("blame.rdmt");
+    let dir = test_dir("lab-blame");
+    let file = dir.path().join("blame.rdmt");
     let path = file.to_str().expect("utf8");
     let recorder = start(&["record", "-o", path], READY_TIMEOUT);
     // Two movers at once: A sends rxe0 -> rxe1 (out of NIC A), B sends rxe1 -> rxe0 (out of
@@ -1159,8 +1161,8 @@ fn lab_blame_names_the_process_on_the_lossy_path_first() {
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_recorder_killed_with_sigkill_leaves_a_replayable_file() {
     in_lab();
-    let file = std::env::temp_dir().join("killed.rdmt");
-    let _ = std::fs::remove_file(&file);
+    let dir = test_dir("lab-killed");
+    let file = dir.path().join("killed.rdmt");
     let path = file.to_str().expect("utf8");
     let recorder = start(&["record", "-o", path], READY_TIMEOUT);
     let ((spid, sout), _) = rc_pingpong();
@@ -1217,7 +1219,8 @@ fn lab_qp_table_names_qps_older_than_the_trace_and_qps_the_driver_put_in_err() {
         }
     }
     assert!(a_out.contains("moved"), "A did not finish moving: {a_out}");
-    let file = std::env::temp_dir().join("qp-table.rdmt");
+    let dir = test_dir("lab-qp-table");
+    let file = dir.path().join("qp-table.rdmt");
     let path = file.to_str().expect("utf8");
     let recorder = start(&["record", "-o", path], READY_TIMEOUT);
     // B: its peer QP dies, its single retry runs out, rxe moves its QP to ERR (no modify from
@@ -1319,7 +1322,8 @@ fn lab_qp_table_names_qps_older_than_the_trace_and_qps_the_driver_put_in_err() {
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_path_mtu_above_the_port_mtu_is_named_as_the_cause() {
     in_lab();
-    let file = std::env::temp_dir().join("mtu.rdmt");
+    let dir = test_dir("lab-mtu");
+    let file = dir.path().join("mtu.rdmt");
     let path = file.to_str().expect("utf8");
     let recorder = start(&["record", "-o", path], READY_TIMEOUT);
     // The lab's netdevs have MTU 1500, so rxe's active MTU is 1024. rxe accepts a 4096 path
@@ -1494,7 +1498,8 @@ fn lab_counter_binding_is_announced_and_undone_at_exit() {
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_verbs_flamegraph_names_the_workload_code_that_creates_and_modifies_qps() {
     in_lab();
-    let file = std::env::temp_dir().join("verbs.rdmt");
+    let dir = test_dir("lab-verbs");
+    let file = dir.path().join("verbs.rdmt");
     let path = file.to_str().expect("utf8");
     let mover = workload("rt-mover");
     let rec = run(&[
