@@ -8,6 +8,8 @@
 //! it as SKIPPED with the reason.
 #![allow(dead_code)]
 
+pub mod lab;
+
 use std::{
     io::{BufRead, BufReader, Read},
     os::unix::process::CommandExt as _,
