@@ -101,7 +101,11 @@ mod tests {
 
     #[test]
     fn ports_are_read_with_their_netdev() {
-        let root = std::env::temp_dir().join(format!("rdmt-ports-{}", std::process::id()));
+        let dir = tempfile::Builder::new()
+            .prefix("rdmt-ports-")
+            .tempdir()
+            .expect("temp dir");
+        let root = dir.path();
         let port = root.join("ib/rxe0/ports/1");
         std::fs::create_dir_all(port.join("gid_attrs/ndevs")).expect("mkdir");
         std::fs::write(port.join("state"), "4: ACTIVE\n").expect("write");
@@ -114,7 +118,6 @@ mod tests {
         std::fs::write(ib.join("state"), "1: DOWN\n").expect("write");
         std::fs::write(ib.join("link_layer"), "InfiniBand\n").expect("write");
         let got = read_ports(&root.join("ib"), &root.join("net"));
-        let _ = std::fs::remove_dir_all(&root);
         assert_eq!(
             got.iter()
                 .map(|p| (

@@ -337,14 +337,18 @@ mod tests {
 
     #[test]
     fn sysfs_counters_are_found_per_device_and_port() {
-        let root = std::env::temp_dir().join(format!("rdmt-counters-{}", std::process::id()));
+        let dir = tempfile::Builder::new()
+            .prefix("rdmt-counters-")
+            .tempdir()
+            .expect("temp dir");
+        let root = dir.path();
         let hw = root.join("rxe0/ports/1/hw_counters");
         std::fs::create_dir_all(&hw).expect("mkdir");
         std::fs::write(hw.join("rcvd_seq_err"), "42\n").expect("write");
         std::fs::write(hw.join("lifespan"), "10\n").expect("write");
         std::fs::create_dir_all(root.join("rxe0/ports/1/counters")).expect("mkdir");
         std::fs::write(root.join("rxe0/ports/1/counters/port_xmit_data"), "7\n").expect("write");
-        let mut got = read_counters(&root);
+        let mut got = read_counters(root);
         got.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         let names: Vec<(&str, bool, u64)> = got
             .iter()
@@ -359,7 +363,6 @@ mod tests {
             ]
         );
         assert!(got.iter().all(|(k, _)| k.dev == "rxe0" && k.port == 1));
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `rdmatrace flamegraph` on the committed lab recordings: golden folded stacks and SVGs
 //! (inferno with deterministic colours), a differential graph, and the SVG drawn by headless
-//! Chromium to check that frames really appear on screen.
+//! Chromium to check that frames really appear on screen (a `chromium_` test: ignored by
+//! `cargo test`, run by `cargo xtask test`, which installs Chromium, or reported as skipped).
 //! Bless with `INSTA_UPDATE=always cargo test --test flamegraph`.
 
 mod common;
@@ -21,12 +22,6 @@ const LOSS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../tests/fixtures/lab-loss.rdmt"
 );
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdmatrace-flame-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir.join(name)
-}
 
 #[test]
 fn retransmit_folded_golden() {
@@ -113,9 +108,9 @@ fn chromium() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A PNG screenshot of `page` from headless Chromium.
+/// A PNG screenshot of `page` from headless Chromium (its profile next to `png`).
 fn screenshot(browser: &Path, page: &Path, png: &Path) {
-    let profile = tmp("chromium-profile");
+    let profile = png.with_file_name("chromium-profile");
     let mut child = Command::new(browser)
         .args([
             "--headless",
@@ -178,17 +173,12 @@ fn pixel_census(png_path: &Path) -> (usize, usize, usize, usize) {
 }
 
 #[test]
+#[ignore = "needs chromium: screenshots the SVG headless; `cargo xtask test` installs it and runs this"]
 fn chromium_draws_the_flamegraph_frames() {
-    let Some(browser) = chromium() else {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("chromium is missing (cargo xtask bootstrap installs it); required under CI");
-        }
-        eprintln!(
-            "\n****** SKIPPED chromium_draws_the_flamegraph_frames: no chromium in PATH ******"
-        );
-        eprintln!("****** (`cargo xtask test` installs it; apt-get install chromium) ******\n");
-        return;
-    };
+    let browser = chromium()
+        .expect("no chromium in PATH (`cargo xtask test` installs it; apt-get install chromium)");
+    let dir = test_dir("flame-chromium");
+    let tmp = |name: &str| dir.path().join(name);
     let svg = tmp("retransmits.svg");
     let out = run(&["flamegraph", LOSS, "-o", &svg.to_string_lossy()]);
     assert!(out.status.success(), "{}", out.stderr);
@@ -232,7 +222,6 @@ fn chromium_draws_the_flamegraph_frames() {
         red > 8_000,
         "differential: only {red} of {total} pixels are red"
     );
-    let _ = std::fs::remove_dir_all(svg.parent().expect("tmp dir"));
 }
 
 /// rt-mover moving 2 MiB from rxe0 to rxe1, recorded in the lab with `record --cpu-profile`.

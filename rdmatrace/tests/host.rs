@@ -1,6 +1,8 @@
 //! Host tier: the real binary on the host kernel (no RDMA stack here). As root it must start,
 //! say which probes are off and why, and still trace process events; without privileges it must
-//! say which privilege is missing.
+//! say which privilege is missing. Root-only checks are ignored by `cargo test` and run by
+//! `cargo xtask test` as root (`root_` names; `root_nordma_` also needs a host without an RDMA
+//! stack, whose degrade path the lab tier covers otherwise).
 
 mod common;
 
@@ -10,23 +12,19 @@ use common::*;
 use serde_json::json;
 
 #[test]
-fn host_trace_degrades_without_rdma_or_explains_privileges() {
-    if !is_root() {
-        let out = run(&["trace", "--duration", "1"]);
-        assert!(!out.status.success(), "unprivileged trace must fail");
-        assert!(
-            out.stderr.contains("root") && out.stderr.contains("CAP_BPF"),
-            "unprivileged error must name the missing privilege: {}",
-            out.stderr
-        );
-        return;
-    }
-    if std::path::Path::new("/sys/kernel/btf/ib_core").exists() {
-        eprintln!(
-            "this host has an RDMA stack; the degrade path is covered by the lab tier instead"
-        );
-        return;
-    }
+fn unprivileged_trace_explains_privileges() {
+    let out = run_unprivileged(&["trace", "--duration", "1"]);
+    assert!(!out.status.success(), "unprivileged trace must fail");
+    assert!(
+        out.stderr.contains("root") && out.stderr.contains("CAP_BPF"),
+        "unprivileged error must name the missing privilege: {}",
+        out.stderr
+    );
+}
+
+#[test]
+#[ignore = "needs root and a host without an RDMA stack (no /sys/kernel/btf/ib_core): traces with eBPF; `cargo xtask test` runs it when both hold"]
+fn root_nordma_host_trace_degrades_without_rdma() {
     let tracer = start(&["trace", "--json"], Duration::from_secs(60));
     let status = Command::new("/bin/true").status().expect("run true");
     assert!(status.success());
@@ -75,14 +73,10 @@ fn bad_arguments_are_rejected_before_loading() {
 }
 
 #[test]
-fn record_a_command_then_replay_it_without_root() {
-    if !is_root() {
-        eprintln!("record needs root: covered by the replay tests only here");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("rdmatrace-rec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let file = dir.join("cmd.rdmt");
+#[ignore = "needs root: records with eBPF; `cargo xtask test` runs it as root"]
+fn root_record_a_command_then_replay_it_without_root() {
+    let dir = test_dir("record-cmd");
+    let file = dir.path().join("cmd.rdmt");
     let f = file.to_str().expect("utf8");
     let out = run(&[
         "record",
@@ -125,14 +119,10 @@ fn record_a_command_then_replay_it_without_root() {
 }
 
 #[test]
-fn a_recorder_killed_with_sigkill_leaves_a_replayable_file() {
-    if !is_root() {
-        eprintln!("record needs root: skipped here");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("rdmatrace-kill-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let file = dir.join("killed.rdmt");
+#[ignore = "needs root: records with eBPF; `cargo xtask test` runs it as root"]
+fn root_a_recorder_killed_with_sigkill_leaves_a_replayable_file() {
+    let dir = test_dir("record-kill");
+    let file = dir.path().join("killed.rdmt");
     let f = file.to_str().expect("utf8");
     let rec = start(&["record", "-o", f], Duration::from_secs(60));
     for _ in 0..5 {
@@ -153,11 +143,8 @@ fn a_recorder_killed_with_sigkill_leaves_a_replayable_file() {
 }
 
 #[test]
-fn tcp_bytes_are_summed_per_sending_process() {
-    if !is_root() {
-        eprintln!("tracing needs root: skipped here");
-        return;
-    }
+#[ignore = "needs root: traces with eBPF; `cargo xtask test` runs it as root"]
+fn root_tcp_bytes_are_summed_per_sending_process() {
     let tracer = start(
         &["trace", "--json", "--comm", "python3"],
         Duration::from_secs(60),
@@ -191,47 +178,61 @@ fn tcp_bytes_are_summed_per_sending_process() {
     assert!(sum("tx_calls") >= 1 && sum("rx_calls") >= 1);
 }
 
-#[test]
-fn doctor_reports_every_probe_with_a_status_and_reason() {
+/// `doctor --json`: its run and its items.
+fn doctor() -> (Finished, Vec<serde_json::Value>) {
     let out = run(&["doctor", "--json"]);
     let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
     assert_eq!(v["type"], "doctor");
-    let items = v["data"].as_array().expect("items");
-    let item = |name: &str| {
-        items
-            .iter()
-            .find(|i| i["item"].as_str().is_some_and(|s| s.starts_with(name)))
-    };
+    let items = v["data"].as_array().expect("items").clone();
+    (out, items)
+}
+
+/// The first doctor item whose name starts with `name`.
+fn doctor_item<'a>(items: &'a [serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
+    items
+        .iter()
+        .find(|i| i["item"].as_str().is_some_and(|s| s.starts_with(name)))
+}
+
+#[test]
+fn doctor_reports_every_probe_with_a_status_and_reason() {
+    let (_, items) = doctor();
+    let item = |name: &str| doctor_item(&items, name);
     assert!(item("kernel").is_some() && item("BTF").is_some() && item("privileges").is_some());
-    for i in items {
+    for i in &items {
         let s = i["status"].as_str().unwrap_or("");
         assert!(["ok", "unavailable", "error"].contains(&s), "{i}");
         assert!(i["detail"].is_string(), "{i}");
     }
-    if is_root() && !std::path::Path::new("/sys/kernel/btf/ib_core").exists() {
-        assert!(out.status.success(), "{}", out.stderr);
-        assert_eq!(
-            item("probe process/process_exec").map(|i| &i["status"]),
-            Some(&json!("ok"))
-        );
-        // TCP bytes come from a tracepoint on this kernel (6.3+): its kretprobe fallback
-        // stands by, and says why.
-        let tp = item("probe tcp/tcp_send_bytes ").expect("tcp bytes probe listed");
-        let fallback = item("probe tcp/tcp_send_bytes_ret").expect("fallback listed");
-        if tp["status"] == "ok" {
-            assert_eq!(fallback["status"], "ok", "{fallback}");
-            assert!(
-                fallback["detail"]
-                    .as_str()
-                    .is_some_and(|d| d.contains("not needed: sock_send_length")),
-                "{fallback}"
-            );
-        }
-        let qp = item("probe qp/qp_create_enter").expect("qp probe listed");
-        assert_eq!(qp["status"], "unavailable");
+}
+
+#[test]
+#[ignore = "needs root and a host without an RDMA stack (no /sys/kernel/btf/ib_core): doctor attaches the probes; `cargo xtask test` runs it when both hold"]
+fn root_nordma_doctor_attaches_process_probes_and_says_rdma_ones_are_unavailable() {
+    let (out, items) = doctor();
+    let item = |name: &str| doctor_item(&items, name);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        item("probe process/process_exec").map(|i| &i["status"]),
+        Some(&json!("ok"))
+    );
+    // TCP bytes come from a tracepoint on this kernel (6.3+): its kretprobe fallback
+    // stands by, and says why.
+    let tp = item("probe tcp/tcp_send_bytes ").expect("tcp bytes probe listed");
+    let fallback = item("probe tcp/tcp_send_bytes_ret").expect("fallback listed");
+    if tp["status"] == "ok" {
+        assert_eq!(fallback["status"], "ok", "{fallback}");
         assert!(
-            qp["detail"].as_str().unwrap_or("").contains("ib_core"),
-            "{qp}"
+            fallback["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("not needed: sock_send_length")),
+            "{fallback}"
         );
     }
+    let qp = item("probe qp/qp_create_enter").expect("qp probe listed");
+    assert_eq!(qp["status"], "unavailable");
+    assert!(
+        qp["detail"].as_str().unwrap_or("").contains("ib_core"),
+        "{qp}"
+    );
 }

@@ -10,12 +10,14 @@ const FIXTURE: &str = concat!(
     "/../tests/fixtures/lab-pingpong.rdmt"
 );
 
-fn tmp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdmatrace-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).expect("write");
-    p
+/// `bytes` in a new file of the calling test's own, removed when dropped.
+fn tmp(name: &str, bytes: &[u8]) -> tempfile::TempPath {
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!("rdmatrace-{name}-"))
+        .tempfile()
+        .expect("temp file");
+    std::io::Write::write_all(&mut file, bytes).expect("write");
+    file.into_temp_path()
 }
 
 #[test]

@@ -99,9 +99,9 @@ mod pb {
 }
 
 fn perfetto(files: &[&str]) -> pb::Trace {
-    let dir = std::env::temp_dir().join(format!("rdmatrace-timeline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    let out = dir.join(format!("t{}.pftrace", files.len()));
+    // A directory of this call's own: tests run in parallel, each with its own trace file.
+    let dir = test_dir("timeline");
+    let out = dir.path().join(format!("t{}.pftrace", files.len()));
     let out_s = out.to_string_lossy().into_owned();
     let mut args = vec!["timeline"];
     args.extend_from_slice(files);
@@ -109,7 +109,6 @@ fn perfetto(files: &[&str]) -> pb::Trace {
     let r = run(&args);
     assert!(r.status.success(), "{}", r.stderr);
     let bytes = std::fs::read(&out).expect("read trace");
-    let _ = std::fs::remove_dir_all(&dir);
     prost::Message::decode(bytes.as_slice()).expect("a Perfetto Trace message")
 }
 

@@ -37,10 +37,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
-    /// Run every test tier: host (cargo test), cross (aarch64 build only) and lab (real RDMA
-    /// programs under the tracer).
+    /// Run every test tier: host (cargo test), the host tests that need root or a tool (run by
+    /// name when this machine has it, else listed as skipped), cross (aarch64 build only) and
+    /// lab (real RDMA programs under the tracer).
     Test {
-        /// Fail instead of skipping when the lab cannot run (CI sets this).
+        /// Fail instead of skipping when a tier cannot run: the lab, or host tests that need
+        /// root or a tool this machine lacks (CI=true has the same effect).
         #[arg(long)]
         require_lab: bool,
         /// Only the host tier (the cross and lab tiers are reported as skipped).

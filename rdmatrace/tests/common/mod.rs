@@ -1,9 +1,18 @@
 //! Helpers shared by the integration tests: run the real `rdmatrace` binary, wait for its ready
-//! line, stop it with SIGINT, collect its JSON Lines.
+//! line, stop it with SIGINT, collect its JSON Lines; a temporary directory of each test's own.
+//!
+//! A test that needs something this machine may lack (root, chromium, the lab VM) never passes
+//! without running: it is `#[ignore = "needs ...: why"]`, its name starts with what it needs
+//! (`root_`, `root_nordma_`, `root_verbs_`, `chromium_`, `lab_`: the table is `NEEDS` in
+//! xtask/src/test.rs), and `cargo xtask test` runs it by name when the need is met, or reports
+//! it as SKIPPED with the reason.
 #![allow(dead_code)]
+
+pub mod lab;
 
 use std::{
     io::{BufRead, BufReader, Read},
+    os::unix::process::CommandExt as _,
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::mpsc,
@@ -129,11 +138,19 @@ impl Running {
 
 /// Runs `rdmatrace ARGS` to completion.
 pub fn run(args: &[&str]) -> Finished {
-    let out = Command::new(bin())
-        .args(args)
+    finished(Command::new(bin()).args(args))
+}
+
+/// Runs `rdmatrace ARGS` to completion without privileges (see [`unprivileged`]).
+pub fn run_unprivileged(args: &[&str]) -> Finished {
+    finished(unprivileged(Command::new(bin()).args(args)))
+}
+
+fn finished(cmd: &mut Command) -> Finished {
+    let out = cmd
         .stdin(Stdio::null())
         .output()
-        .expect("run rdmatrace");
+        .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
     Finished {
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -144,6 +161,41 @@ pub fn run(args: &[&str]) -> Finished {
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// A new directory for one test alone, removed when dropped. Tests run as parallel threads of
+/// one process: a directory named after the process would be shared, and removed by one test
+/// while another still writes there.
+pub fn test_dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("rdmatrace-{test}-"))
+        .tempdir()
+        .unwrap_or_else(|e| panic!("cannot create a temp dir for {test}: {e}"))
+}
+
+/// The user and group `nobody`.
+pub const NOBODY: u32 = 65534;
+
+/// Makes `cmd` run without privileges: as root, it drops to user and group nobody with no
+/// supplementary groups before exec (all of root's capabilities go with its uid); otherwise it
+/// runs as this unprivileged user anyway.
+pub fn unprivileged(cmd: &mut Command) -> &mut Command {
+    if is_root() {
+        // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+        // system calls (setgroups, setgid, setuid) on values it owns; it allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(NOBODY) != 0
+                    || libc::setuid(NOBODY) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd
 }
 
 /// Events of `type` whose data matches every `(key, value)`.

@@ -1,0 +1,173 @@
+//! Lab tier, verdicts: RDMA, TCP fallback and plain TCP told apart live (`verdict`) and after
+//! the fact (`report` of a recording of the same minutes). Ignored outside the lab VM
+//! (`cargo xtask test` runs it there).
+
+mod common;
+
+use std::{
+    process::{Command, Stdio},
+    thread::sleep,
+    time::Duration,
+};
+
+use common::{lab::*, *};
+use serde_json::{json, Value};
+
+fn verdicts(events: &[Value]) -> std::collections::HashMap<u64, (String, Value)> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "verdict")
+        .map(|e| {
+            (
+                e["data"]["pid"].as_u64().unwrap_or(0),
+                (
+                    e["data"]["verdict"].as_str().unwrap_or("").to_string(),
+                    e["data"]["evidence"].clone(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
+    in_lab();
+    let dir = test_dir("lab-verdicts");
+    let rec_file = dir.path().join("verdicts.rdmt");
+    let recorder = start(
+        &["record", "-o", rec_file.to_str().expect("utf8")],
+        READY_TIMEOUT,
+    );
+    // Wait for the watcher's ready line: under TCG attaching takes 12-20 s, and a workload run
+    // before it is attached gets no samples (an `idle` verdict).
+    let watcher = start(&["verdict", "--json"], READY_TIMEOUT);
+
+    // 1. RDMA: ib_write_bw, 64 KiB x 200 over RC, with perftest's small TCP control channel.
+    let args = ["-x", "1", "-F", "-s", "65536", "-n", "200"];
+    let server = Command::new("ib_write_bw")
+        .args(["-d", "rxe1"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server");
+    let spid = server.id();
+    let (cpid, _) = client_until_ok(
+        "ib_write_bw",
+        &[&["-d", "rxe0"][..], &args[..], &["192.0.2.2"]].concat(),
+        |_| true,
+    );
+    let _ = server.wait_with_output();
+
+    // 2. TCP fallback: opens rxe0, creates a QP, moves 8 MiB over TCP on the wire.
+    let fb = Command::new(workload("rt-fallback"))
+        .args([
+            "--dev",
+            "rxe0",
+            "--from",
+            "192.0.2.1",
+            "--to",
+            "192.0.2.2",
+            "--mib",
+            "8",
+        ])
+        .output()
+        .expect("rt-fallback");
+    let printed = text(&fb);
+    assert!(fb.status.success(), "{printed}");
+    let fb_pid: u64 = printed
+        .split_whitespace()
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("pid");
+
+    // 2b. Our own mover, once over RC and once switched to TCP by its environment variable
+    // (how NCCL_IB_DISABLE / UCX_TLS change a job's transport without touching its code).
+    let (mv_rdma, out, code) = mover(&["--mib", "16"], &[]);
+    assert_eq!(code, Some(0), "{out}");
+    let (mv_tcp, out, code) = mover(&["--mib", "16"], &[("RT_TRANSPORT", "tcp")]);
+    assert_eq!(code, Some(0), "{out}");
+
+    // 3. Plain TCP: 4 MiB, never touches RDMA.
+    let tcp = Command::new("python3")
+        .args(["-c", "import socket,threading\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\np=s.getsockname()[1]\ndef srv():\n c,_=s.accept()\n while c.recv(65536): pass\nt=threading.Thread(target=srv)\nt.start()\nk=socket.create_connection(('127.0.0.1',p))\nk.sendall(b'x'*4194304)\nk.close()\nt.join()"])
+        .spawn()
+        .expect("python3");
+    let tcp_pid = u64::from(tcp.id());
+    assert!(tcp.wait_with_output().expect("python3").status.success());
+    sleep(Duration::from_millis(2500)); // a sample tick
+
+    let out = watcher.stop();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "exit 3 = a process fell back to TCP; stderr: {}",
+        out.stderr
+    );
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let v = verdicts(&lines);
+    let get = |pid: u64| {
+        v.get(&pid)
+            .cloned()
+            .unwrap_or_else(|| panic!("no verdict for {pid}: {v:#?}"))
+    };
+    assert_eq!(
+        get(u64::from(cpid)).0,
+        "rdma",
+        "ib_write_bw client: {:?}",
+        get(u64::from(cpid)).1
+    );
+    assert_eq!(
+        get(u64::from(spid)).0,
+        "rdma",
+        "ib_write_bw server: {:?}",
+        get(u64::from(spid)).1
+    );
+    let (fb_verdict, fb_evidence) = get(fb_pid);
+    assert_eq!(fb_verdict, "tcp_fallback", "{fb_evidence}");
+    assert!(
+        fb_evidence.to_string().contains("8.0 MiB sent"),
+        "{fb_evidence}"
+    );
+    assert_eq!(get(tcp_pid).0, "tcp", "{:?}", get(tcp_pid).1);
+    let (verdict, evidence) = get(u64::from(mv_rdma));
+    assert_eq!(verdict, "rdma", "rt-mover over RC: {evidence}");
+    // 16 MiB of payload, plus headers and any retransmission.
+    let sent: f64 = evidence
+        .to_string()
+        .split(" MiB sent")
+        .next()
+        .and_then(|s| s.rsplit(['"', ' ']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no MiB sent in {evidence}"));
+    assert!((16.0..20.0).contains(&sent), "{evidence}");
+    let (verdict, evidence) = get(u64::from(mv_tcp));
+    assert_eq!(
+        verdict, "tcp_fallback",
+        "rt-mover RT_TRANSPORT=tcp: {evidence}"
+    );
+
+    // The post-mortem of a recording of the same minutes agrees, without privileges needed.
+    let _ = recorder.stop();
+    let report = run(&["report", rec_file.to_str().expect("utf8"), "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report json");
+    let procs = r["data"]["processes"].as_array().expect("processes");
+    let verdict_of = |pid: u64| {
+        procs
+            .iter()
+            .find(|p| p["pid"] == json!(pid))
+            .map(|p| p["verdict"].clone())
+    };
+    assert_eq!(verdict_of(fb_pid), Some(json!("tcp_fallback")));
+    assert_eq!(verdict_of(u64::from(cpid)), Some(json!("rdma")));
+    assert_eq!(verdict_of(tcp_pid), Some(json!("tcp")));
+    assert_eq!(verdict_of(u64::from(mv_rdma)), Some(json!("rdma")));
+    assert_eq!(verdict_of(u64::from(mv_tcp)), Some(json!("tcp_fallback")));
+}
