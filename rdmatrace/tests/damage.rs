@@ -14,14 +14,6 @@ const FIXTURE: &str = concat!(
     "/../tests/fixtures/lab-loss.rdmt"
 );
 
-/// A folder of this test's own (tests run in parallel in one process).
-fn dir(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rdmatrace-damage-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp dir");
-    d
-}
-
 /// The fixture with its chunks written three times, the CRCs of the middle copy broken: two
 /// intact copies around a damaged one. Returns the file and the first damaged chunk's offset.
 fn damaged_copy(dir: &Path) -> (PathBuf, usize) {
@@ -65,8 +57,9 @@ fn assert_damage_reported(what: &str, out: &Finished, offset: usize) {
 
 #[test]
 fn every_reader_uses_the_intact_chunks_names_the_damage_and_exits_2() {
-    let d = dir("readers");
-    let (file, offset) = damaged_copy(&d);
+    let dir = test_dir("damage-readers");
+    let d = dir.path();
+    let (file, offset) = damaged_copy(d);
     let f = file.to_str().expect("utf8");
 
     // trace --input: every intact record prints (the fixture's lines, twice).
@@ -126,7 +119,8 @@ fn every_reader_uses_the_intact_chunks_names_the_damage_and_exits_2() {
 
 #[test]
 fn record_refuses_to_overwrite_a_file_without_force() {
-    let d = dir("record");
+    let dir = test_dir("damage-record");
+    let d = dir.path();
     let existing = d.join("keep.rdmt");
     std::fs::write(&existing, b"precious").expect("write");
     let p = existing.to_str().expect("utf8");
@@ -147,7 +141,8 @@ fn record_refuses_to_overwrite_a_file_without_force() {
 #[test]
 #[ignore = "needs root: loads the probes (run by cargo xtask test as root)"]
 fn root_record_with_force_overwrites_the_file() {
-    let d = dir("force");
+    let dir = test_dir("damage-force");
+    let d = dir.path();
     let existing = d.join("old.rdmt");
     std::fs::write(&existing, b"old").expect("write");
     let p = existing.to_str().expect("utf8");

@@ -56,6 +56,7 @@ const NEEDS: &[(&str, &str, &[Need])] = &[
     ("root_verbs_", "root", &[Need::Root, Need::Libibverbs]),
     ("root_", "root", &[Need::Root]),
     ("chromium_", "chromium", &[Need::Chromium]),
+    ("verbs_", "verbs", &[Need::Libibverbs]),
 ];
 
 /// The tier and needs of the ignored test `name` (a unit test's path or an integration test's
