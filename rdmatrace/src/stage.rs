@@ -81,6 +81,9 @@ impl<S: Sink> Stage<S> {
     /// One raw ring-buffer record (live, or an event entry of a recording). The sink gets the
     /// names its stack needs first, then the raw bytes, then the correlated record.
     pub fn raw(&mut self, bytes: &[u8]) {
+        if !self.sink.accepts(bytes) {
+            return;
+        }
         let decoded = decode(bytes, &self.anchor);
         if let (Some(resolver), Ok(rec)) = (self.resolver.as_mut(), decoded.as_ref()) {
             for s in resolver.names_for(rec) {

@@ -30,6 +30,12 @@ pub trait Sink {
     fn start(&mut self) -> io::Result<()> {
         Ok(())
     }
+    /// Whether the stage should take this raw record at all (before anything is done with it:
+    /// a record refused here is not named, decoded or correlated). `record` refuses its own
+    /// CPU samples.
+    fn accepts(&mut self, _bytes: &[u8]) -> bool {
+        true
+    }
     /// Every raw ring-buffer record as it came, decodable or not (a recording keeps them).
     fn raw(&mut self, _bytes: &[u8]) -> io::Result<()> {
         Ok(())
@@ -56,6 +62,9 @@ pub trait Sink {
 impl Sink for Box<dyn Sink> {
     fn start(&mut self) -> io::Result<()> {
         (**self).start()
+    }
+    fn accepts(&mut self, bytes: &[u8]) -> bool {
+        (**self).accepts(bytes)
     }
     fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
         (**self).raw(bytes)

@@ -35,18 +35,23 @@ impl RecordingSink {
 }
 
 impl Sink for RecordingSink {
-    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// The recorder's own CPU samples (and its spawning copy's) are not the program's: they are
+    /// dropped before anything is done with them (naming their stacks would cost the time the
+    /// program's own stacks need while it lives).
+    fn accepts(&mut self, bytes: &[u8]) -> bool {
         match peek(bytes) {
-            Some((EventKind::CpuSample, pid))
-                if pid == self.own_pid || Some(pid) == self.unexeced_child =>
-            {
-                return Ok(());
+            Some((EventKind::CpuSample, pid)) => {
+                pid != self.own_pid && Some(pid) != self.unexeced_child
             }
             Some((EventKind::ProcessExec, pid)) if Some(pid) == self.unexeced_child => {
                 self.unexeced_child = None;
+                true
             }
-            _ => {}
+            _ => true,
         }
+    }
+
+    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.writer.event(bytes)
     }
 
