@@ -9,7 +9,7 @@ pub mod filter;
 
 use rustc_hash::FxHashMap;
 
-use crate::event::{Body, CompactString, QpKey, QpState, Record};
+use crate::event::{Body, CompactString, QpInfo, QpKey, QpState, Record};
 
 /// What the correlator knows about a live QP.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +23,25 @@ pub struct QpTrack {
     pub qp_type: u32,
     /// Monotonic ns of the last state change.
     pub since_ns: u64,
+}
+
+impl QpTrack {
+    /// Moves the QP to `to` at `ts`; the change, unless it was there already.
+    fn move_to(&mut self, key: &QpKey, to: QpState, by_driver: bool, ts: u64) -> Option<QpChange> {
+        if self.state == Some(to) {
+            return None;
+        }
+        let change = QpChange::State {
+            key: key.clone(),
+            life: self.life,
+            from: self.state,
+            to,
+            by_driver,
+        };
+        self.state = Some(to);
+        self.since_ns = ts;
+        Some(change)
+    }
 }
 
 /// What one record changed in a QP's life (at most one change per record).
@@ -99,19 +118,8 @@ impl Correlator {
         }
         match &mut rec.body {
             Body::QpCreate { qp, ret } if *ret == 0 => {
-                self.ended.remove(&qp.key);
-                let life = self.born(&qp.key, Some(QpState::Reset), Origin::Create);
-                self.qps.insert(
-                    qp.key.clone(),
-                    QpTrack {
-                        life,
-                        state: Some(QpState::Reset),
-                        owner_pid: rec.pid,
-                        owner_comm: rec.comm.clone(),
-                        qp_type: qp.qp_type,
-                        since_ns: rec.ts_ns,
-                    },
-                );
+                let owner = (rec.pid, &rec.comm, rec.ts_ns);
+                self.born(qp, Some(QpState::Reset), Origin::Create, owner);
             }
             Body::QpModify { qp, attrs, ret } => {
                 let track = self.qps.get_mut(&qp.key);
@@ -121,33 +129,16 @@ impl Correlator {
                 if *ret == 0 && track.is_none() {
                     // A QP older than the trace, first seen here: its modifier owns it.
                     if let Some(new) = attrs.new_state {
-                        self.ended.remove(&qp.key);
-                        let life = self.born(&qp.key, Some(new), Origin::Modify);
-                        self.qps.insert(
-                            qp.key.clone(),
-                            QpTrack {
-                                life,
-                                state: Some(new),
-                                owner_pid: rec.pid,
-                                owner_comm: rec.comm.clone(),
-                                qp_type: qp.qp_type,
-                                since_ns: rec.ts_ns,
-                            },
+                        self.born(
+                            qp,
+                            Some(new),
+                            Origin::Modify,
+                            (rec.pid, &rec.comm, rec.ts_ns),
                         );
                     }
                 } else if *ret == 0 {
                     if let (Some(track), Some(new)) = (track, attrs.new_state) {
-                        if track.state != Some(new) {
-                            self.change = Some(QpChange::State {
-                                key: qp.key.clone(),
-                                life: track.life,
-                                from: track.state,
-                                to: new,
-                                by_driver: false,
-                            });
-                            track.state = Some(new);
-                            track.since_ns = rec.ts_ns;
-                        }
+                        self.change = track.move_to(&qp.key, new, false, rec.ts_ns);
                     }
                 }
             }
@@ -158,33 +149,12 @@ impl Correlator {
             Body::QpRes(r) => match self.qps.get_mut(&r.qp.key) {
                 Some(track) => {
                     if let Some(s) = r.state {
-                        if track.state != Some(s) {
-                            self.change = Some(QpChange::State {
-                                key: r.qp.key.clone(),
-                                life: track.life,
-                                from: track.state,
-                                to: s,
-                                by_driver: true,
-                            });
-                            track.state = Some(s);
-                            track.since_ns = rec.ts_ns;
-                        }
+                        self.change = track.move_to(&r.qp.key, s, true, rec.ts_ns);
                     }
                 }
                 None => {
-                    self.ended.remove(&r.qp.key);
-                    let life = self.born(&r.qp.key, r.state, Origin::Table);
-                    self.qps.insert(
-                        r.qp.key.clone(),
-                        QpTrack {
-                            life,
-                            state: r.state,
-                            owner_pid: rec.pid,
-                            owner_comm: rec.comm.clone(),
-                            qp_type: r.qp.qp_type,
-                            since_ns: rec.ts_ns,
-                        },
-                    );
+                    let owner = (rec.pid, &rec.comm, rec.ts_ns);
+                    self.born(&r.qp, r.state, Origin::Table, owner);
                 }
             },
             Body::ProcessExit { .. } => {
@@ -216,17 +186,35 @@ impl Correlator {
         }
     }
 
-    /// Numbers a new life and says so.
-    fn born(&mut self, key: &QpKey, state: Option<QpState>, origin: Origin) -> usize {
+    /// Starts the life of `qp` in `state`, owned by `(pid, comm)` from `ts`; numbers it and
+    /// says so.
+    fn born(
+        &mut self,
+        qp: &QpInfo,
+        state: Option<QpState>,
+        origin: Origin,
+        (pid, comm, ts): (u32, &CompactString, u64),
+    ) {
         let life = self.lives;
         self.lives += 1;
+        self.ended.remove(&qp.key);
+        self.qps.insert(
+            qp.key.clone(),
+            QpTrack {
+                life,
+                state,
+                owner_pid: pid,
+                owner_comm: comm.clone(),
+                qp_type: qp.qp_type,
+                since_ns: ts,
+            },
+        );
         self.change = Some(QpChange::Born {
-            key: key.clone(),
+            key: qp.key.clone(),
             life,
             state,
             origin,
         });
-        life
     }
 
     /// A live QP's life ends (destroyed, or gone from the table).
