@@ -221,10 +221,14 @@ fn slices_on(trace: &pb::Trace, name: &str) -> Vec<String> {
 fn perfetto_loss_decodes_with_tracks_slices_and_counters() {
     let trace = perfetto(&[LOSS]);
     let names = track_names(&trace);
+    // Both ib_write_bw processes (client and server) have a track.
+    let perftest = names
+        .iter()
+        .filter(|n| n.starts_with("ib_write_bw ["))
+        .count();
+    assert_eq!(perftest, 2, "{names:?}");
     for want in [
         "host virtme-ng",
-        "ib_write_bw [368]",
-        "ib_write_bw [366]",
         "rxe0 QPN 0x11 RC",
         "rxe1 QPN 0x11 RC",
         "retransmits/s",

@@ -7,9 +7,9 @@ out=${FIXTURES_OUT:?}
 bin=${RDMATRACE_BIN:?}
 w=${RDMATRACE_WORKLOADS:?}
 mkdir -p "$out"
-rec() { # rec NAME CMD...: record CMD and its descendants into $out/NAME.rdmt
+rec() { # rec NAME CMD...: record CMD and its descendants into $out/NAME.rdmt ($flags: more options)
     local name=$1; shift
-    "$bin" record --force -o "$out/$name.rdmt" -- "$@" 2> "$out/$name.log" || {
+    "$bin" record --force ${flags:-} -o "$out/$name.rdmt" -- "$@" 2> "$out/$name.log" || {
         echo "fixture $name: recorder or command failed ($?)"; cat "$out/$name.log"; return 1; }
     echo "fixture $name: $(tail -1 "$out/$name.log")"
 }
@@ -74,9 +74,9 @@ rec lab-deadpeer bash -c "
     sleep 2; exit 0"
 
 # 4. lab-verbs: rt-mover (built with frame pointers) creating and connecting its QPs: the
-#    verbs calls' user stacks, named at record time.
+#    verbs calls' user stacks, named at record time, and its on-CPU samples (--cpu-profile).
 fresh_devices
-rec lab-verbs bash -c "$w/rt-mover --mib 1 > $out/verbs.txt 2>&1"
+flags=--cpu-profile rec lab-verbs bash -c "$w/rt-mover --mib 16 > $out/verbs.txt 2>&1"
 # 5. lab-verdicts: ib_write_bw moving its data over RC (rdma, with perftest's small TCP
 #    control channel), then rt-fallback opening rxe0 and creating a QP but moving 8 MiB over
 #    TCP (tcp_fallback): the README's verdict example.
