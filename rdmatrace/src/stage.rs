@@ -167,7 +167,7 @@ impl<S: Sink> Stage<S> {
     pub fn warn_undecodable(&self, what: &str) {
         if let Some(e) = &self.first_decode_error {
             eprintln!(
-                "rdmatrace: {what}{} records could not be decoded (recorded by a newer rdmatrace? first: {e})",
+                "rdmatrace: {what}{} records could not be decoded (first: {e})",
                 self.decode_errors
             );
         }

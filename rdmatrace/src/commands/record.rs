@@ -101,6 +101,8 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         .run(&mut stage, READY_LINE, cfg.duration, child.as_mut())
         .await?;
     let lost = live.lost_total();
+    // Still recorded as they came; a newer rdmatrace may read them.
+    stage.warn_undecodable("");
     let sink = stage
         .finish()
         .with_context(|| format!("cannot write {}", cfg.output.display()))?;

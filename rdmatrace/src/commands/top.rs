@@ -48,6 +48,7 @@ async fn run_async(cfg: &TopConfig) -> anyhow::Result<ExitCode> {
     };
     let mut stage = Stage::new(ClockAnchor::now(), filter, sink);
     live.run(&mut stage, READY_LINE, None, None).await?;
+    stage.warn_undecodable("");
     // A closed terminal ends top like `q` would: nothing more to say.
     let _ = stage.finish();
     live.loss_advice();

@@ -67,6 +67,7 @@ async fn run_async(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
     let mut child = live.spawn(&cfg.command)?;
     live.run(&mut stage, READY_LINE, cfg.duration, child.as_mut())
         .await?;
+    stage.warn_undecodable("");
     let sink = stage.finish().context("cannot write output")?;
     Ok(exit(&sink))
 }
