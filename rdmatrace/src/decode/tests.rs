@@ -5,17 +5,14 @@ use rdmatrace_common::event::{
 use super::*;
 use crate::event::QpState;
 
+/// The record's bytes, as the ring buffer carries them.
 fn bytes_of<T: aya::Pod>(v: &T) -> Vec<u8> {
-    // SAFETY: T is Pod: every byte is initialised and may be viewed as u8.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
-        .to_vec()
+    crate::testing::bytes_of(v).to_vec()
 }
 
 fn modify_event() -> QpModifyEvent {
-    let mut dev = [0u8; 64];
-    dev[..4].copy_from_slice(b"rxe0");
-    let mut comm = [0u8; 16];
-    comm[..3].copy_from_slice(b"app");
+    let dev = crate::testing::name("rxe0");
+    let comm = crate::testing::name("app");
     QpModifyEvent {
         header: EventHeader {
             kind: EventKind::QpModify as u32,
@@ -93,8 +90,7 @@ fn short_unknown_and_truncated_records_are_errors_not_panics() {
 fn a_device_unregistration_decodes_and_prints_as_such() {
     use rdmatrace_common::event::{async_source, element, AsyncEvent};
     let m = modify_event();
-    let mut dev = [0u8; 64];
-    dev[..4].copy_from_slice(b"rxe0");
+    let dev: [u8; 64] = crate::testing::name("rxe0");
     let ev = AsyncEvent {
         header: EventHeader {
             kind: EventKind::AsyncEvent as u32,

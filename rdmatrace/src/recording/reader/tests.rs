@@ -204,17 +204,15 @@ fn versions_1_and_2_still_read() {
 
 /// Records with a real-looking header: kind, cpu, ts, pid, tid, comm, then a body.
 fn event(kind: u32, cpu: u32, ts: u64, pid: u32, comm: &str, body: &[u8]) -> Vec<u8> {
-    let mut r = Vec::new();
-    r.extend_from_slice(&kind.to_le_bytes());
-    r.extend_from_slice(&cpu.to_le_bytes());
-    r.extend_from_slice(&ts.to_le_bytes());
-    r.extend_from_slice(&pid.to_le_bytes());
-    r.extend_from_slice(&pid.to_le_bytes());
-    let mut c = [0u8; 16];
-    c[..comm.len()].copy_from_slice(comm.as_bytes());
-    r.extend_from_slice(&c);
-    r.extend_from_slice(body);
-    r
+    let header = rdmatrace_common::event::EventHeader {
+        kind,
+        cpu,
+        ts_ns: ts,
+        pid,
+        tid: pid,
+        comm: crate::testing::name(comm),
+    };
+    [crate::testing::bytes_of(&header), body].concat()
 }
 
 #[test]
