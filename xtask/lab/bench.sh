@@ -46,7 +46,7 @@ start_tracer() {
     : >"$log"
     t0=$(now_ns)
     case $tool in
-    rdmatrace) "$rt" record -o "$out/rec.rdmt" >/dev/null 2>"$log" & tpid=$! ;;
+    rdmatrace) "$rt" record --force -o "$out/rec.rdmt" >/dev/null 2>"$log" & tpid=$! ;;
     bpftrace) bpftrace -e "$BT" >"$log" 2>&1 & tpid=$! ;;
     esac
     until grep -q -e "Hit Ctrl-C to end" -e "^Tracing" "$log"; do

@@ -123,6 +123,13 @@ fn kvm_works(kernel: &Path, ver: &str, rwdir: &Path) -> bool {
     ok
 }
 
+/// Whether the lab boots kernel `version` under KVM here, as decided (and remembered) by the
+/// last boot of that kernel: `None` when it has not been tried yet.
+pub fn used_kvm(version: &str) -> Option<bool> {
+    let memo = cache_dir().join(format!("kvm-{version}"));
+    fs::read_to_string(memo).ok().map(|s| s.trim() == "ok")
+}
+
 /// Boots the lab and runs `cmd` (bash, from the repo root) inside; returns its exit status.
 /// Without `cmd`, an interactive shell.
 pub fn run(cmd: Option<&str>) -> anyhow::Result<i32> {

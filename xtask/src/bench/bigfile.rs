@@ -1,8 +1,8 @@
-//! Replay memory: a recording far larger than memory should need — a real lab fixture's chunks
-//! written again and again up to 1 GiB — replayed by `rdmatrace trace --input` (every record
-//! decoded and correlated, none printed: `--comm` matches no process), its peak RSS sampled
-//! from /proc while it runs, beside the same command on the fixture itself. Recordings are
-//! read as a stream, one chunk at a time, so the peak should not grow with the file.
+//! Replay memory: recordings far larger than memory should need — a real lab fixture's chunks
+//! written again and again up to 256 MiB and 1 GiB — replayed by `rdmatrace trace --input`
+//! (every record decoded and correlated, none printed: `--comm` matches no process), the peak
+//! RSS sampled from /proc while it runs. Recordings are read as a stream, one chunk at a time,
+//! so the peak should not grow with the file.
 
 use std::{
     io::Write as _,
@@ -17,17 +17,20 @@ use super::{out_dir, release_bin, storm};
 
 /// The fixture whose chunks make the big file.
 const FIXTURE: &str = "tests/fixtures/lab-loss.rdmt";
-/// The big file's size, at least.
-const TARGET_BYTES: u64 = 1 << 30;
+/// The files' sizes, at least.
+const SIZES: [u64; 2] = [1 << 28, 1 << 30];
 
-pub struct BigReplay {
+/// One replay of a big file.
+pub struct Run {
     pub file_bytes: u64,
     pub events: u64,
     pub wall_ms: f64,
     pub rss_kib: u64,
-    /// The same command on the fixture itself, for comparison.
-    pub small_rss_kib: u64,
     pub command: String,
+}
+
+pub struct BigReplay {
+    pub runs: Vec<Run>,
 }
 
 /// Preamble + header length of a recording (`u32` LE at offset 12, plus 16).
@@ -90,34 +93,36 @@ pub fn run() -> anyhow::Result<BigReplay> {
     let root = crate::cmd::repo_root();
     let fixture = std::fs::read(root.join(FIXTURE)).context(FIXTURE)?;
     let body = body_offset(&fixture)?;
-    let path = out_dir().join("big.rdmt");
-    let mut f = std::io::BufWriter::new(
-        std::fs::File::create(&path)
-            .with_context(|| format!("cannot create {}", path.display()))?,
-    );
-    f.write_all(&fixture)?;
-    let mut written = fixture.len() as u64;
-    let mut copies = 1;
-    while written < TARGET_BYTES {
-        f.write_all(&fixture[body..])?;
-        written += (fixture.len() - body) as u64;
-        copies += 1;
-    }
-    f.flush()?;
-    drop(f);
     let per_copy = events_in(&root.join(FIXTURE))?;
-    let (small_rss_kib, _) = replay(&root.join(FIXTURE))?;
-    let (rss_kib, wall_ms) = replay(&path)?;
-    let events = per_copy * copies;
-    let _ = std::fs::remove_file(&path);
-    Ok(BigReplay {
-        file_bytes: written,
-        events,
-        wall_ms,
-        rss_kib,
-        small_rss_kib,
-        command: format!(
-            "rdmatrace trace --comm no-such-process --input target/bench/big.rdmt ({FIXTURE}'s chunks x {copies})"
-        ),
-    })
+    let mut runs = Vec::new();
+    for size in SIZES {
+        let path = out_dir().join("big.rdmt");
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(&path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        );
+        f.write_all(&fixture)?;
+        let mut written = fixture.len() as u64;
+        let mut copies = 1;
+        while written < size {
+            f.write_all(&fixture[body..])?;
+            written += (fixture.len() - body) as u64;
+            copies += 1;
+        }
+        f.flush()?;
+        drop(f);
+        let (rss_kib, wall_ms) = replay(&path)?;
+        let _ = std::fs::remove_file(&path);
+        runs.push(Run {
+            file_bytes: written,
+            events: per_copy * copies,
+            wall_ms,
+            rss_kib,
+            command: format!(
+                "rdmatrace trace --comm no-such-process --input target/bench/big.rdmt \
+                 ({FIXTURE}'s chunks x {copies})"
+            ),
+        });
+    }
+    Ok(BigReplay { runs })
 }

@@ -11,6 +11,8 @@ use crate::{cmd, lab};
 pub struct LabResults {
     pub rounds: u32,
     pub kernel: String,
+    /// Whether that boot used KVM (else TCG), as the lab decided it; `None`: unknown.
+    pub kvm: Option<bool>,
     raw: BTreeMap<String, BTreeMap<String, BTreeMap<u32, f64>>>,
 }
 
@@ -42,6 +44,7 @@ impl LabResults {
         anyhow::ensure!(done, "the lab bench did not finish (no `done` line)");
         Ok(LabResults {
             rounds,
+            kvm: None,
             kernel,
             raw,
         })
@@ -79,7 +82,9 @@ pub fn run(rounds: u32) -> anyhow::Result<LabResults> {
     anyhow::ensure!(code == 0, "the lab bench exited with {code}");
     let text = std::fs::read_to_string(out.join("lab.txt"))
         .context("the lab bench left no target/lab/bench/lab.txt")?;
-    LabResults::parse(&text, rounds, kernel)
+    let mut results = LabResults::parse(&text, rounds, kernel)?;
+    results.kvm = lab::used_kvm(&results.kernel);
+    Ok(results)
 }
 
 #[cfg(test)]

@@ -195,16 +195,22 @@ fn size_section(s: &mut String, i: &Inputs<'_>) {
     }
     for f in i.fixtures {
         let (v, bytes, header) = f.committed;
+        let what = if f.name.starts_with("lab-") {
+            "real, lab"
+        } else {
+            "synthetic"
+        };
         let _ = writeln!(
             s,
-            "| tests/fixtures/{} (real, lab, as committed) | v{v} | {} | {bytes} | {} | {} | `rdmatrace trace --input tests/fixtures/{} --json \\| wc -l` |",
+            "| tests/fixtures/{} ({what}, as committed) | v{v} | {} | {bytes} | {} | {} | `rdmatrace trace --input tests/fixtures/{} --json \\| wc -l` |",
             f.name,
             f.records,
             per(bytes, f.records),
             per(bytes - header.min(bytes), f.records),
             f.name
         );
-        if let Some((v, bytes, header)) = f.rewritten {
+        // A file already in the current format re-encodes to itself: no row.
+        if let Some((v, bytes, header)) = f.rewritten.filter(|r| r.0 != f.committed.0) {
             let _ = writeln!(
                 s,
                 "| tests/fixtures/{} re-encoded | v{v} | {} | {bytes} | {} | {} | `cargo run --release -p rdmatrace --example rewrite -- tests/fixtures/{} out.rdmt` |",
@@ -295,15 +301,22 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
     let _ = writeln!(
         s,
         "Reproduce: `{reproduce}` (script: `xtask/lab/bench.sh`). One boot of the lab \
-         (kernel {}, qemu **TCG**: no working KVM on this machine, so the guest is emulated \
-         and every figure is inflated and noisy; other builds shared this 2-core host). \
+         (kernel {}, {}; other builds shared this 2-core host). \
          `ib_write_bw -s 65536 -n 500` and `ib_send_lat -s 2 -n 1000` (perftest, RC, gid \
          index 1) from rxe0 (192.0.2.1) to rxe1 (192.0.2.2) over the lab's wire, {} rounds; each \
          round runs no tracer, `rdmatrace record` (all default probes) and an equivalent \
          bpftrace script (same kprobes/tracepoints; per-packet hooks counted in maps, the rest \
          printed) in a rotating order. Overhead = median over rounds of (with tracer / without, \
          same round) − 1.\n",
-        lab.kernel, lab.rounds
+        lab.kernel,
+        match lab.kvm {
+            Some(true) => "qemu with **KVM**",
+            Some(false) =>
+                "qemu **TCG**: KVM did not work here, so the guest is emulated and every \
+                           figure is inflated and noisy",
+            None => "qemu (whether KVM was used is not known)",
+        },
+        lab.rounds
     );
     let _ = writeln!(
         s,
@@ -363,11 +376,15 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
         let _ = writeln!(
             s,
             "\n**Resolution:** without any tracer, bandwidth varied {bw:.2}× and p50 latency \
-             {lat:.2}× between rounds (min to max). The ±1–2 % targets cannot be resolved in this \
-             emulated lab on a shared host: the overhead rows above are within that noise and say \
-             nothing about the targets either way. A KVM or bare-metal RDMA host is needed to \
-             measure them. Attach times are inflated by emulation too; their ratio (both tools \
-             on the same probes, same boot) is the comparable figure."
+             {lat:.2}× between rounds (min to max). A target finer than that spread cannot be \
+             resolved in this lab on a shared host{}: overhead rows within it say nothing about \
+             the targets either way. Attach times compare best as the ratio of both tools on the \
+             same probes in the same boot.",
+            if lab.kvm == Some(false) {
+                " (emulated by TCG: a KVM or bare-metal RDMA host is needed to measure them)"
+            } else {
+                ""
+            }
         );
     }
     let _ = writeln!(
@@ -405,16 +422,23 @@ fn big_section(s: &mut String, big: Result<&super::bigfile::BigReplay, &String>)
         Ok(b) => {
             let _ = writeln!(
                 s,
-                "| file | events | wall | events/s | peak RSS | peak RSS on the fixture alone | command |\n|---|---|---|---|---|---|---|\n\
-                 | {:.2} GiB | {} | {:.1} s | {:.2} M | {:.1} MiB | {:.1} MiB | `{}` |\n",
-                b.file_bytes as f64 / (1u64 << 30) as f64,
-                b.events,
-                b.wall_ms / 1e3,
-                b.events as f64 / (b.wall_ms / 1e3) / 1e6,
-                b.rss_kib as f64 / 1024.0,
-                b.small_rss_kib as f64 / 1024.0,
-                b.command
+                "Peak RSS should not grow with the file: the same command on a file a quarter the \
+                 size is the comparison.\n\n\
+                 | file | events | wall | events/s | peak RSS | command |\n|---|---|---|---|---|---|"
             );
+            for r in &b.runs {
+                let _ = writeln!(
+                    s,
+                    "| {:.2} GiB | {} | {:.1} s | {:.2} M | {:.1} MiB | `{}` |",
+                    r.file_bytes as f64 / (1u64 << 30) as f64,
+                    r.events,
+                    r.wall_ms / 1e3,
+                    r.events as f64 / (r.wall_ms / 1e3) / 1e6,
+                    r.rss_kib as f64 / 1024.0,
+                    r.command
+                );
+            }
+            s.push('\n');
         }
         Err(e) => {
             let _ = writeln!(s, "Not measured: {e}\n");

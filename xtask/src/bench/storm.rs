@@ -66,7 +66,12 @@ fn lost_from(stderr: &str) -> Option<u64> {
 
 fn one(secs: u32, ringbuf: Option<u32>) -> anyhow::Result<Storm> {
     let file: PathBuf = out_dir().join(format!("storm-{}.rdmt", ringbuf.unwrap_or(0)));
-    let mut args: Vec<String> = vec!["record".into(), "-o".into(), file.display().to_string()];
+    let mut args: Vec<String> = vec![
+        "record".into(),
+        "--force".into(),
+        "-o".into(),
+        file.display().to_string(),
+    ];
     if let Some(rb) = ringbuf {
         args.extend(["--ringbuf-size".into(), rb.to_string()]);
     }
