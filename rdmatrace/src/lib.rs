@@ -11,6 +11,7 @@ pub mod clock;
 pub mod collect;
 pub mod commands;
 pub mod config;
+pub mod container;
 pub mod correlate;
 pub mod decode;
 pub mod event;
