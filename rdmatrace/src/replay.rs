@@ -55,11 +55,6 @@ impl Replayed {
     }
 }
 
-/// The header of a recording, without replaying it.
-pub fn header(path: &Path) -> anyhow::Result<Header> {
-    Ok(Recording::open(path)?.header)
-}
-
 /// Replays an opened recording through a fresh stage into `sink`: the one replay every
 /// command, test, benchmark and fuzz target uses. Returns the finished sink (or the sink's
 /// output error) and what the replay met; reports nothing itself.

@@ -56,16 +56,8 @@ impl<S: Sink> Stage<S> {
         self
     }
 
-    pub fn sink(&self) -> &S {
-        &self.sink
-    }
-
     pub fn sink_mut(&mut self) -> &mut S {
         &mut self.sink
-    }
-
-    pub fn state(&self) -> &Correlator {
-        &self.state
     }
 
     fn check(&mut self, r: io::Result<()>) {

@@ -41,13 +41,17 @@ fn read_proc(path: &str) -> String {
         .unwrap_or_default()
 }
 
+fn exists(cfg: &RecordConfig) -> String {
+    format!(
+        "{} exists; use --force to overwrite it",
+        cfg.output.display()
+    )
+}
+
 pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
     // Before loading anything: an existing file is refused without touching it.
     if !cfg.force && std::fs::symlink_metadata(&cfg.output).is_ok() {
-        bail!(
-            "{} exists; use --force to overwrite it",
-            cfg.output.display()
-        );
+        bail!(exists(cfg));
     }
     live::runtime()?.block_on(run_async(cfg))
 }
@@ -83,10 +87,8 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         command: (!cfg.command.is_empty()).then(|| cfg.command.clone()),
     };
     let writer = match RecordingWriter::create(&cfg.output, &header, cfg.force) {
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => bail!(
-            "{} exists; use --force to overwrite it",
-            cfg.output.display()
-        ),
+        // Made between the check at start and now.
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => bail!(exists(cfg)),
         r => r.with_context(|| format!("cannot create {}", cfg.output.display()))?,
     };
     let mut resolver = Resolver::new();
