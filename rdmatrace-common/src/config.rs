@@ -6,13 +6,16 @@
 pub const FILTER_ALL: u32 = 0;
 /// Report only processes whose thread-group id is a key of the `TRACED` map.
 pub const FILTER_TRACED: u32 = 1;
+/// Report processes in `TRACED`, and add to it every process whose cgroup id is a key of the
+/// `WANTED_CGROUPS` map when it is first seen (`--container`, `--pod`, `--cgroup`).
+pub const FILTER_CGROUP: u32 = 2;
 
 /// Byte offsets of the struct members the programs read, plus argument positions of the probed
 /// functions. Every field is a `u32`; `UNRESOLVED` disables the read.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeConfig {
-    /// [`FILTER_ALL`] or [`FILTER_TRACED`].
+    /// [`FILTER_ALL`], [`FILTER_TRACED`] or [`FILTER_CGROUP`].
     pub filter_mode: u32,
     /// Non-zero: add the children of traced processes to `TRACED` as they fork.
     pub follow_forks: u32,

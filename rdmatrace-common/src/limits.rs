@@ -19,6 +19,8 @@ pub const MAX_TRACED: u32 = 8192;
 pub const MAX_SOCKETS: u32 = 16384;
 /// Processes whose TCP traffic is summed at once.
 pub const MAX_PROCESSES: u32 = 8192;
+/// Cgroups a `--container` / `--pod` / `--cgroup` filter can name at once.
+pub const MAX_CGROUPS: u32 = 4096;
 /// QPs whose traffic is summed at once.
 pub const MAX_QPS: u32 = 16384;
 

@@ -2,14 +2,15 @@
 //! accounting.
 
 use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+    bpf_get_smp_processor_id, bpf_ktime_get_ns,
 };
 use rdmatrace_common::{
-    config::{ProbeConfig, FILTER_TRACED},
-    event::EventHeader,
+    config::{ProbeConfig, FILTER_ALL, FILTER_CGROUP},
+    event::{CgroupEvent, EventHeader, EventKind},
 };
 
-use crate::maps::{CONFIG, EVENTS, LOST, TRACED};
+use crate::maps::{CONFIG, EVENTS, LOST, PROC_CGROUP, TRACED, WANTED_CGROUPS};
 
 /// The config written by user space; `None` only if the map is missing its single entry.
 #[inline(always)]
@@ -17,26 +18,76 @@ pub fn config() -> Option<&'static ProbeConfig> {
     CONFIG.get(0)
 }
 
-/// Whether the current task passes the kernel-side filter.
+/// Whether the current task passes the kernel-side filter. Under the cgroup filter, a task of
+/// a wanted cgroup is added to `TRACED` here, so events later blamed on it as an owner (from
+/// softirq or a kernel worker) pass [`wanted_pid`] too.
 #[inline(always)]
 pub fn wanted(cfg: &ProbeConfig) -> bool {
-    wanted_pid(cfg, (bpf_get_current_pid_tgid() >> 32) as u32)
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if wanted_pid(cfg, tgid) {
+        return true;
+    }
+    if cfg.filter_mode != FILTER_CGROUP {
+        return false;
+    }
+    // SAFETY: helper without arguments or preconditions.
+    let cgroup = unsafe { bpf_get_current_cgroup_id() };
+    // SAFETY: the value is only tested for presence.
+    if unsafe { WANTED_CGROUPS.get(&cgroup) }.is_none() {
+        return false;
+    }
+    let _ = TRACED.insert(&tgid, &1, 0);
+    true
 }
 
 /// Whether events of process `tgid` pass the kernel-side filter.
 #[inline(always)]
 pub fn wanted_pid(cfg: &ProbeConfig, tgid: u32) -> bool {
-    if cfg.filter_mode != FILTER_TRACED {
+    if cfg.filter_mode == FILTER_ALL {
         return true;
     }
     // SAFETY: the value is only tested for presence.
     unsafe { TRACED.get(tgid) }.is_some()
 }
 
-/// Fills `h` for the current task.
+/// Sends a `ProcessCgroup` event for the current process if it is new or changed cgroup since
+/// its last one: called before the process's own events are written, so user space knows its
+/// cgroup first. Skipped for the idle task and for processes the filter does not trace.
 #[inline(always)]
-pub fn header(h: &mut EventHeader, kind: u32) {
+pub fn note_cgroup() {
     let id = bpf_get_current_pid_tgid();
+    let tgid = (id >> 32) as u32;
+    if tgid == 0 {
+        return;
+    }
+    let Some(cfg) = config() else { return };
+    if !wanted_pid(cfg, tgid) {
+        return;
+    }
+    // SAFETY: helper without arguments or preconditions.
+    let cgroup = unsafe { bpf_get_current_cgroup_id() };
+    // SAFETY: the value is copied out at once.
+    if unsafe { PROC_CGROUP.get(&tgid) }.is_some_and(|&known| known == cgroup) {
+        return;
+    }
+    let _ = PROC_CGROUP.insert(&tgid, &cgroup, 0);
+    let Some(mut entry) = EVENTS.reserve::<CgroupEvent>(0) else {
+        lost();
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved record of the right size; every field is written
+    // before it is submitted.
+    unsafe {
+        fill(&mut (*ev).header, EventKind::ProcessCgroup as u32, id);
+        (*ev).cgroup_id = cgroup;
+    }
+    entry.submit(0);
+}
+
+/// Fills `h` for the current task (pid_tgid `id`), without the cgroup check.
+#[inline(always)]
+fn fill(h: &mut EventHeader, kind: u32, id: u64) {
     h.kind = kind;
     // SAFETY: helpers without arguments or preconditions.
     h.cpu = unsafe { bpf_get_smp_processor_id() };
@@ -45,6 +96,14 @@ pub fn header(h: &mut EventHeader, kind: u32) {
     h.pid = (id >> 32) as u32;
     h.tid = id as u32;
     h.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+}
+
+/// Fills `h` for the current task, after sending its cgroup if that is news ([`note_cgroup`];
+/// programs that reserve their record before filling it call that first themselves).
+#[inline(always)]
+pub fn header(h: &mut EventHeader, kind: u32) {
+    note_cgroup();
+    fill(h, kind, bpf_get_current_pid_tgid());
 }
 
 /// Sends `event` to user space; counts it in `LOST` if the ring buffer is full.

@@ -8,7 +8,8 @@ use rdmatrace_common::{
     config::ProbeConfig,
     event::{CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpTraffic, TcpBytes},
     limits::{
-        MAX_CQS, MAX_INFLIGHT, MAX_PROCESSES, MAX_QPS, MAX_SOCKETS, MAX_TRACED, RINGBUF_BYTES,
+        MAX_CGROUPS, MAX_CQS, MAX_INFLIGHT, MAX_PROCESSES, MAX_QPS, MAX_SOCKETS, MAX_TRACED,
+        RINGBUF_BYTES,
     },
 };
 
@@ -28,6 +29,16 @@ pub static CONFIG: Array<ProbeConfig> = Array::with_max_entries(1, 0);
 /// command run by `record -- CMD` and, with `follow_forks`, its descendants).
 #[map]
 pub static TRACED: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACED, 0);
+
+/// Cgroup ids whose processes are traced under `FILTER_CGROUP`; kept up to date by user space
+/// as matching cgroups appear.
+#[map]
+pub static WANTED_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(MAX_CGROUPS, 0);
+
+/// The cgroup id last reported per thread-group id: a `ProcessCgroup` event is sent when a
+/// process is first seen or its cgroup changed. LRU: exited processes age out.
+#[map]
+pub static PROC_CGROUP: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_PROCESSES, 0);
 
 /// `ib_create_qp_user` entry arguments (device, init_attr) by pid_tgid, until it returns.
 #[map]

@@ -92,6 +92,8 @@ pub struct RecordArgs {
     #[arg(long, short = 'p', conflicts_with = "command")]
     pub pid: Option<u32>,
     #[command(flatten)]
+    pub place: PlaceArgs,
+    #[command(flatten)]
     pub probe: ProbeArgs,
     /// Also sample the recorded processes on CPU (perf events, user and kernel stacks), for
     /// `flamegraph --kind cpu`. Without --pid or a command, samples every process.
@@ -110,6 +112,8 @@ pub struct TopArgs {
     /// Only this process (filtered in the kernel).
     #[arg(long, short = 'p')]
     pub pid: Option<u32>,
+    #[command(flatten)]
+    pub place: PlaceArgs,
     /// Seconds between frames (whole seconds, at least 1).
     #[arg(long, short = 'd', default_value_t = 2)]
     pub delay: u64,
@@ -133,6 +137,7 @@ impl TopArgs {
         }
         Ok(TopConfig {
             pid: self.pid,
+            place: self.place.filter(),
             interval: Duration::from_secs(self.delay),
             iterations: self.iterations,
             batch: self.batch,
@@ -149,6 +154,12 @@ pub struct VerdictArgs {
     /// Only this process.
     #[arg(long, short = 'p', conflicts_with = "command")]
     pub pid: Option<u32>,
+    #[command(flatten)]
+    pub place: PlaceArgs,
+    /// One verdict per process (default), or per container (processes outside containers
+    /// per cgroup) with its processes' evidence summed.
+    #[arg(long, value_enum, default_value_t = VerdictBy::Process)]
+    pub by: VerdictBy,
     /// Watch this many seconds (default: until Ctrl-C or the command exits).
     #[arg(long, short = 'd')]
     pub duration: Option<f64>,
@@ -171,6 +182,8 @@ impl VerdictArgs {
         Ok(VerdictConfig {
             input: self.input.clone(),
             pid: self.pid,
+            place: self.place.filter(),
+            by_container: self.by == VerdictBy::Container,
             duration: duration(self.duration)?,
             command: self.command.clone(),
             json: self.output.json(),
@@ -179,6 +192,12 @@ impl VerdictArgs {
             bind_qp_counters: self.probe.bind_qp_counters,
         })
     }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerdictBy {
+    Process,
+    Container,
 }
 
 fn duration(d: Option<f64>) -> Result<Option<Duration>, String> {
@@ -198,6 +217,7 @@ impl RecordArgs {
             force: self.force,
             duration: duration(self.duration)?,
             pid: self.pid,
+            place: self.place.filter(),
             command: self.command.clone(),
             ringbuf_bytes: self.probe.ringbuf_size,
             btf_dir: self.probe.btf_dir.clone(),
@@ -224,6 +244,8 @@ pub struct TraceArgs {
     /// Only events of this QPN (decimal or 0x hex); combine with --dev, QPNs are per device.
     #[arg(long, value_parser = parse_u32)]
     pub qpn: Option<u32>,
+    #[command(flatten)]
+    pub place: PlaceArgs,
     /// Stop after this many seconds.
     #[arg(long, short = 'd')]
     pub duration: Option<f64>,
@@ -232,6 +254,42 @@ pub struct TraceArgs {
     /// Replay a recording (from `rdmatrace record`) instead of tracing live; needs no privileges.
     #[arg(long, short = 'i')]
     pub input: Option<PathBuf>,
+}
+
+/// `--container`, `--pod`, `--cgroup`: which containers' processes to watch.
+#[derive(Args, Clone, Debug, Default)]
+pub struct PlaceArgs {
+    /// Only processes in this container: its id or a prefix of it, as `docker ps`, `crictl
+    /// ps` or `podman ps` show it. Filtered in the kernel.
+    #[arg(long, value_parser = parse_nonempty)]
+    pub container: Option<String>,
+    /// Only processes of this Kubernetes pod, by UID (`kubectl get pod P -o
+    /// jsonpath={.metadata.uid}`). Filtered in the kernel.
+    #[arg(long, value_parser = parse_nonempty)]
+    pub pod: Option<String>,
+    /// Only processes in this cgroup v2 path or below it, relative to the cgroup2 mount
+    /// (`/kubepods.slice`, `/system.slice/slurmstepd.scope`). Filtered in the kernel.
+    #[arg(long, value_parser = parse_nonempty)]
+    pub cgroup: Option<String>,
+}
+
+impl PlaceArgs {
+    /// A filter with these places (and nothing else).
+    pub fn filter(&self) -> Filter {
+        Filter {
+            container: self.container.clone(),
+            pod: self.pod.clone(),
+            cgroup: self.cgroup.clone(),
+            ..Filter::default()
+        }
+    }
+}
+
+fn parse_nonempty(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(s.trim().to_string())
 }
 
 /// Options of every command that loads the probes.
@@ -285,6 +343,7 @@ impl TraceArgs {
                 comm: self.comm.clone(),
                 dev: self.dev.clone(),
                 qpn: self.qpn,
+                ..self.place.filter()
             },
             format: if self.output.json() {
                 Format::Jsonl

@@ -139,6 +139,14 @@ impl CgroupPaths {
         self.known.get(&id).map(String::as_str)
     }
 
+    /// Every cgroup below the root now: (id, path).
+    pub fn scan(&mut self) -> impl Iterator<Item = (u64, &str)> {
+        self.known.clear();
+        let root = self.root.clone();
+        self.walk(&root, "");
+        self.known.iter().map(|(id, p)| (*id, p.as_str()))
+    }
+
     fn walk(&mut self, dir: &std::path::Path, rel: &str) {
         use std::os::unix::fs::MetadataExt as _;
         if let Ok(m) = std::fs::metadata(dir) {

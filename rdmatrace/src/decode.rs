@@ -4,11 +4,11 @@ use std::mem::size_of;
 
 use rdmatrace_common::event::{
     async_source, attr_mask as mask, element, reason, transport, verbs_func,
-    AsyncEvent as RawAsync, CmEvent as RawCm, CounterSample, CpuSampleEvent, CqNotifySample,
-    EventHeader, EventKind, PortSample, ProcessEvent, QpCounterSample, QpCreateEvent,
-    QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample, QpTrafficSample, ResourceEvent,
-    RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp, VerbsCallEvent,
-    WcErrorEvent, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    AsyncEvent as RawAsync, CgroupEvent, CmEvent as RawCm, CounterSample, CpuSampleEvent,
+    CqNotifySample, EventHeader, EventKind, PortSample, ProcessEvent, QpCounterSample,
+    QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample, QpTrafficSample,
+    ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp,
+    VerbsCallEvent, WcErrorEvent, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
 };
 
 use crate::{
@@ -339,6 +339,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
         EventKind::ProcessExec => {
             let ev: ProcessEvent = read(bytes, kind)?;
             (ev.header, Body::ProcessExec { ppid: ev.ppid })
+        }
+        EventKind::ProcessCgroup => {
+            let ev: CgroupEvent = read(bytes, kind)?;
+            (ev.header, Body::ProcessCgroup { id: ev.cgroup_id })
         }
         EventKind::ProcessExit => {
             let ev: ProcessEvent = read(bytes, kind)?;

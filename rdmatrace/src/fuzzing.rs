@@ -12,7 +12,7 @@ use crate::{
 
 /// Formats `rec` both ways output does (JSON Lines, text); returns the text's length.
 fn render(rec: &Record) -> usize {
-    to_json(rec).to_string().len() + line(rec).len()
+    to_json(rec, None).to_string().len() + line(rec).len()
 }
 
 /// `data` as a whole recording file: open it, replay every intact chunk through decode and the

@@ -5,8 +5,11 @@
 
 use std::io;
 
+use rustc_hash::FxHashSet;
+
 use crate::{
     clock::ClockAnchor,
+    container::CgroupPaths,
     correlate::{filter::Filter, Correlator},
     decode::{decode, DecodeError},
     event::Record,
@@ -23,6 +26,10 @@ pub struct Stage<S: Sink> {
     symbols: Symbols,
     /// Live only: names stack addresses while the processes live.
     resolver: Option<Resolver>,
+    /// Live only: cgroup ids to paths while the cgroups exist.
+    cgroup_paths: Option<CgroupPaths>,
+    /// Cgroup ids already looked up (found or not): each is walked for once.
+    cgroups_tried: FxHashSet<u64>,
     sink: S,
     /// Records seen (before filtering).
     pub events: u64,
@@ -41,6 +48,8 @@ impl<S: Sink> Stage<S> {
             filter,
             symbols: Symbols::default(),
             resolver: None,
+            cgroup_paths: None,
+            cgroups_tried: FxHashSet::default(),
             sink,
             events: 0,
             decode_errors: 0,
@@ -53,6 +62,13 @@ impl<S: Sink> Stage<S> {
     /// names to the sink before the records that need them.
     pub fn with_resolver(mut self, resolver: Resolver) -> Stage<S> {
         self.resolver = Some(resolver);
+        self
+    }
+
+    /// Live: resolves cgroup ids to paths below `paths`' root (the cgroup2 mount) and hands
+    /// them to the sink before the first record that names them.
+    pub fn with_cgroup_paths(mut self, paths: CgroupPaths) -> Stage<S> {
+        self.cgroup_paths = Some(paths);
         self
     }
 
@@ -84,6 +100,17 @@ impl<S: Sink> Stage<S> {
                 self.check(r);
             }
         }
+        if let (Some(paths), Ok(rec)) = (self.cgroup_paths.as_mut(), decoded.as_ref()) {
+            if let crate::event::Body::ProcessCgroup { id } = rec.body {
+                if !self.state.cgroups().knows(id) && self.cgroups_tried.insert(id) {
+                    if let Some(path) = paths.path_of(id).map(str::to_string) {
+                        self.state.cgroup_named(id, &path);
+                        let r = self.sink.cgroup(id, &path);
+                        self.check(r);
+                    }
+                }
+            }
+        }
         let r = self.sink.raw(bytes);
         self.check(r);
         match decoded {
@@ -102,7 +129,7 @@ impl<S: Sink> Stage<S> {
     pub fn push(&mut self, mut rec: Record) {
         self.events += 1;
         self.state.observe(&mut rec);
-        if self.write_error.is_some() || !self.filter.matches(&rec) {
+        if self.write_error.is_some() || !self.filter.matches(&rec, self.state.place(&rec)) {
             return;
         }
         let r = self.sink.record(&rec, &self.state);
@@ -124,12 +151,20 @@ impl<S: Sink> Stage<S> {
         self.check(r);
     }
 
+    /// A recorded cgroup path.
+    pub fn cgroup(&mut self, id: u64, path: &str) {
+        self.state.cgroup_named(id, path);
+        let r = self.sink.cgroup(id, path);
+        self.check(r);
+    }
+
     /// One entry of a recording.
     pub fn entry(&mut self, entry: Entry<'_>) {
         match entry {
             Entry::Event(bytes) => self.raw(bytes),
             Entry::Lost { ts_ns, count, cpu } => self.lost(count, cpu, ts_ns),
             Entry::Symbol { pid, addr, name } => self.symbol(pid, addr, name),
+            Entry::Cgroup { id, path } => self.cgroup(id, path),
         }
     }
 

@@ -4,9 +4,9 @@
 //! ([`all_kinds`]). Not an API.
 
 use rdmatrace_common::event::{
-    attr_mask, element, qp_res_change, reason, transport, verbs_func, AsyncEvent, CmEvent,
-    CounterSample, CpuSampleEvent, CqNotify, CqNotifySample, EventHeader, EventKind, Owner,
-    PortSample, ProcessEvent, QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent,
+    attr_mask, element, qp_res_change, reason, transport, verbs_func, AsyncEvent, CgroupEvent,
+    CmEvent, CounterSample, CpuSampleEvent, CqNotify, CqNotifySample, EventHeader, EventKind,
+    Owner, PortSample, ProcessEvent, QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent,
     QpModifyEvent, QpResSample, QpTraffic, QpTrafficSample, ResourceEvent, RetransmitEvent,
     TcpBytes, TcpBytesSample, TcpStateEvent, TcpTuple, VerbsCallEvent, WcErrorEvent, STATE_UNKNOWN,
 };
@@ -123,9 +123,22 @@ pub fn synthetic_header() -> Header {
 /// `tests/fixtures/synthetic-all-kinds.rdmt`: one record of every kind the probes and
 /// samplers write (both retransmit transports, a failed and a successful modify, a named
 /// stack), plus a loss and symbol entries — so every output is shown every kind.
+/// The synthetic trainer's cgroup: a burstable pod's containerd container.
+pub const SYNTHETIC_CGROUP: &str = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice/cri-containerd-3f2a1b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708.scope";
+/// Its cgroup id.
+pub const SYNTHETIC_CGROUP_ID: u64 = 9001;
+
 pub fn all_kinds() -> Vec<u8> {
     let mut g = Gen::new(&synthetic_header(), crate::recording::VERSION);
     let (pid, comm) = (4242, "trainer");
+    // The trainer runs in a Kubernetes pod's containerd container.
+    if let Err(e) = g.w.cgroup(SYNTHETIC_CGROUP_ID, SYNTHETIC_CGROUP) {
+        panic!("{e}");
+    }
+    let mut cg: CgroupEvent = zeroed();
+    cg.header = g.header(EventKind::ProcessCgroup, pid, comm);
+    cg.cgroup_id = SYNTHETIC_CGROUP_ID;
+    g.put(&cg);
     let mut ev: ProcessEvent = zeroed();
     ev.header = g.header(EventKind::ProcessExec, pid, comm);
     ev.ppid = 1;

@@ -28,7 +28,7 @@ fn printed(bytes: Vec<u8>) -> (Vec<String>, u64) {
         &rec,
         Filter::default(),
         Each(|r: &Record| {
-            out.push(to_json(r).to_string());
+            out.push(to_json(r, None).to_string());
             out.push(line(r));
         }),
     );
@@ -91,7 +91,7 @@ fn a_rewritten_recording_keeps_crash_safety() {
             &rec,
             Filter::default(),
             Each(|r: &Record| {
-                out.push(to_json(r).to_string());
+                out.push(to_json(r, None).to_string());
                 out.push(line(r));
             }),
         );

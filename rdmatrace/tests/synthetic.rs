@@ -48,6 +48,7 @@ fn every_kind_is_in_the_fixture_and_prints_in_both_formats() {
         .filter_map(|v| v["type"].as_str().map(String::from))
         .collect();
     for t in [
+        "process_cgroup",
         "process_exec",
         "process_exit",
         "port",

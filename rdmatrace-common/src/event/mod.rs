@@ -25,6 +25,8 @@ pub enum EventKind {
     CmEvent = 10,
     TcpState = 11,
     WcError = 12,
+    /// The cgroup (v2) of a process, sent before its first event and again when it changes.
+    ProcessCgroup = 13,
     /// A control-path verbs call with the caller's user stack (uprobe on libibverbs/librdmacm).
     /// Kinds 20-29 are for stack-bearing records.
     VerbsCall = 20,
@@ -43,7 +45,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 21] = [
+    pub const ALL: [EventKind; 22] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
@@ -56,6 +58,7 @@ impl EventKind {
         EventKind::CmEvent,
         EventKind::TcpState,
         EventKind::WcError,
+        EventKind::ProcessCgroup,
         EventKind::VerbsCall,
         EventKind::CpuSample,
         EventKind::TcpBytes,
@@ -81,6 +84,7 @@ impl EventKind {
             10 => Some(EventKind::CmEvent),
             11 => Some(EventKind::TcpState),
             12 => Some(EventKind::WcError),
+            13 => Some(EventKind::ProcessCgroup),
             20 => Some(EventKind::VerbsCall),
             21 => Some(EventKind::CpuSample),
             100 => Some(EventKind::TcpBytes),
@@ -194,6 +198,18 @@ pub struct ProcessEvent {
     pub exit_code: i32,
 }
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
+
+/// The cgroup v2 id (`bpf_get_current_cgroup_id`: the inode number of the cgroup's directory)
+/// of the header's process. Sent before the first event of a process and whenever its cgroup
+/// changes, so user space keeps pid -> cgroup and names each event's container. User space
+/// resolves the id to a path while the cgroup exists and records the path.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupEvent {
+    pub header: EventHeader,
+    pub cgroup_id: u64,
+}
+const _: () = assert!(core::mem::size_of::<CgroupEvent>() == 48);
 
 /// Who owns a socket: the last process seen sending on it (or connecting it). Kept in the
 /// kernel so a retransmit, which fires in softirq context, names its owner, not the on-CPU task.
@@ -544,6 +560,8 @@ mod pod {
     unsafe impl aya::Pod for QpDestroyEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for ProcessEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for CgroupEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for RetransmitEvent {}
     // SAFETY: as above.

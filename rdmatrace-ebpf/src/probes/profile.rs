@@ -11,7 +11,7 @@ use aya_ebpf::{
 use rdmatrace_common::event::{CpuSampleEvent, EventKind, STACK_DEPTH};
 
 use crate::{
-    emit::{config, header, lost, wanted},
+    emit::{config, header, lost, note_cgroup, wanted},
     maps::EVENTS,
 };
 
@@ -26,6 +26,8 @@ fn try_cpu_sample(ctx: &PerfEventContext) -> Option<u32> {
     if bpf_get_current_pid_tgid() >> 32 == 0 || !wanted(cfg) {
         return None;
     }
+    // Before the reservation: a record reserved earlier reaches user space first.
+    note_cgroup();
     let Some(mut entry) = EVENTS.reserve::<CpuSampleEvent>(0) else {
         lost();
         return None;

@@ -7,7 +7,7 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use rdmatrace_common::{
-    config::{ProbeConfig, FILTER_TRACED},
+    config::{ProbeConfig, FILTER_ALL, FILTER_TRACED},
     event::{EventKind, ProcessEvent},
 };
 
@@ -81,7 +81,7 @@ fn try_process_exit() -> Option<u32> {
     let task = unsafe { bpf_get_current_task() };
     ev.exit_code = read::field::<i32>(task, cfg.task_exit_code).unwrap_or(0);
     output(&ev);
-    if cfg.filter_mode == FILTER_TRACED {
+    if cfg.filter_mode != FILTER_ALL {
         let _ = TRACED.remove((id >> 32) as u32);
     }
     Some(0)

@@ -12,7 +12,7 @@ use aya_ebpf::{
 use rdmatrace_common::event::{EventKind, VerbsCallEvent, STACK_DEPTH};
 
 use crate::{
-    emit::{config, header, lost, wanted},
+    emit::{config, header, lost, note_cgroup, wanted},
     maps::EVENTS,
     regs,
 };
@@ -27,6 +27,8 @@ fn try_verbs_call(ctx: &ProbeContext) -> Option<u32> {
     if !wanted(cfg) {
         return None;
     }
+    // Before the reservation: a record reserved earlier reaches user space first.
+    note_cgroup();
     let Some(mut entry) = EVENTS.reserve::<VerbsCallEvent>(0) else {
         lost();
         return None;

@@ -13,7 +13,10 @@ use tokio::{
 };
 
 use crate::{
-    clock::monotonic_ns,
+    clock::{monotonic_ns, ClockAnchor},
+    commands::places::{PlaceWatch, CGROUP2_ROOT},
+    container::CgroupPaths,
+    correlate::filter::Filter,
     loader::{self, LoadOptions, Tracer},
     sample::Sampler,
     sinks::Sink,
@@ -26,21 +29,42 @@ pub struct Live {
     pub tracer: Tracer,
     source: RingSource,
     sampler: Sampler,
+    /// The kernel side of a container / pod / cgroup filter.
+    places: Option<PlaceWatch>,
 }
 
 impl Live {
     /// Loads every probe area, says which probes are off and why, opens the ring buffer and
-    /// the sampler (binding per-QP counters when asked, announced).
-    pub fn start(opts: &LoadOptions, bind_qp_counters: bool) -> anyhow::Result<Live> {
-        let mut tracer = loader::load(opts, loader::all_areas())?;
+    /// the sampler (binding per-QP counters when asked, announced). A `filter` naming
+    /// containers, pods or cgroups is also applied in the kernel.
+    pub fn start(
+        opts: &LoadOptions,
+        bind_qp_counters: bool,
+        filter: &Filter,
+    ) -> anyhow::Result<Live> {
+        let mut opts = opts.clone();
+        opts.cgroup_filter = filter.by_place();
+        let mut tracer = loader::load(&opts, loader::all_areas())?;
         announce(&tracer.report);
+        let places = if filter.by_place() {
+            Some(PlaceWatch::start(&mut tracer, filter)?)
+        } else {
+            None
+        };
         let source = RingSource::new(&mut tracer)?;
         let sampler = sampler(&mut tracer, bind_qp_counters);
         Ok(Live {
             tracer,
             source,
             sampler,
+            places,
         })
+    }
+
+    /// A stage for this live trace: wall time through `anchor`, cgroup ids named from the
+    /// cgroup2 mount while they exist.
+    pub fn stage<S: Sink>(&self, anchor: ClockAnchor, filter: Filter, sink: S) -> Stage<S> {
+        Stage::new(anchor, filter, sink).with_cgroup_paths(CgroupPaths::new(CGROUP2_ROOT))
     }
 
     /// Runs `command` (if any) traced with its descendants; see [`load_options`].
@@ -65,6 +89,7 @@ impl Live {
             duration,
             command,
             Some(&mut self.sampler),
+            self.places.as_mut(),
         )
         .await
     }
@@ -101,6 +126,7 @@ async fn run<S: Sink>(
     duration: Option<Duration>,
     mut command: Option<&mut tokio::process::Child>,
     mut sampler: Option<&mut Sampler>,
+    mut places: Option<&mut PlaceWatch>,
 ) -> anyhow::Result<End> {
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
@@ -135,6 +161,9 @@ async fn run<S: Sink>(
                     for w in s.take_warnings() {
                         eprintln!("rdmatrace: {w}");
                     }
+                }
+                if let Some(p) = places.as_mut() {
+                    p.refresh();
                 }
                 consumer.tick();
             }
@@ -260,6 +289,7 @@ pub fn load_options(
         traced_pids: traced,
         ringbuf_bytes,
         cpu_hz: None,
+        cgroup_filter: false,
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod doctor;
 pub mod flamegraph;
 pub mod live;
+pub mod places;
 pub mod record;
 pub mod report;
 pub mod timeline;

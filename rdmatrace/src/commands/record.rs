@@ -13,7 +13,6 @@ use crate::{
     correlate::filter::Filter,
     recording::{writer::RecordingWriter, Header},
     sinks::recording::RecordingSink,
-    stage::Stage,
     symbolize::resolver::Resolver,
 };
 
@@ -24,6 +23,8 @@ pub struct RecordConfig {
     pub force: bool,
     pub duration: Option<Duration>,
     pub pid: Option<u32>,
+    /// Containers, pods or cgroups to record (filtered in the kernel).
+    pub place: Filter,
     pub command: Vec<String>,
     pub ringbuf_bytes: u32,
     pub btf_dir: PathBuf,
@@ -59,7 +60,7 @@ pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
 async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
     let mut opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
     opts.cpu_hz = cfg.cpu_hz;
-    let mut live = Live::start(&opts, cfg.bind_qp_counters)?;
+    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.place)?;
     let anchor = ClockAnchor::now();
     let header = Header {
         tool: format!("rdmatrace {}", env!("CARGO_PKG_VERSION")),
@@ -95,8 +96,10 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
     if cfg.cpu_hz.is_some() {
         resolver.warm_kernel();
     }
-    let mut stage =
-        Stage::new(anchor, Filter::default(), RecordingSink::new(writer)).with_resolver(resolver);
+    // Everything the kernel let through is recorded (a place filter ran there).
+    let mut stage = live
+        .stage(anchor, Filter::default(), RecordingSink::new(writer))
+        .with_resolver(resolver);
     let mut child = live.spawn(&cfg.command)?;
     stage.sink_mut().unexeced_child = child.as_ref().and_then(|c| c.id());
     let end = live

@@ -9,7 +9,6 @@ use crate::{
     commands::live::{self, Live},
     correlate::filter::Filter,
     sinks::top::TopSink,
-    stage::Stage,
 };
 
 pub const READY_LINE: &str = "Watching RDMA processes and QPs... Hit Ctrl-C to end.";
@@ -17,6 +16,8 @@ pub const READY_LINE: &str = "Watching RDMA processes and QPs... Hit Ctrl-C to e
 #[derive(Clone, Debug)]
 pub struct TopConfig {
     pub pid: Option<u32>,
+    /// Containers, pods or cgroups to watch (filtered in the kernel).
+    pub place: Filter,
     pub interval: Duration,
     /// Stop after this many frames.
     pub iterations: Option<u64>,
@@ -33,7 +34,7 @@ pub fn run(cfg: &TopConfig) -> anyhow::Result<ExitCode> {
 
 async fn run_async(cfg: &TopConfig) -> anyhow::Result<ExitCode> {
     let opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &[]);
-    let mut live = Live::start(&opts, cfg.bind_qp_counters)?;
+    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.place)?;
     let sink = TopSink::new(
         std::io::stdout(),
         cfg.interval,
@@ -44,9 +45,9 @@ async fn run_async(cfg: &TopConfig) -> anyhow::Result<ExitCode> {
     // Only the watched process is analyzed (its QPs' events are about it too).
     let filter = Filter {
         pid: cfg.pid,
-        ..Filter::default()
+        ..cfg.place.clone()
     };
-    let mut stage = Stage::new(ClockAnchor::now(), filter, sink);
+    let mut stage = live.stage(ClockAnchor::now(), filter, sink);
     live.run(&mut stage, READY_LINE, None, None).await?;
     stage.warn_undecodable("");
     // A closed terminal ends top like `q` would: nothing more to say.

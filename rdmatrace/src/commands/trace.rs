@@ -16,7 +16,6 @@ use crate::{
     loader::LoadOptions,
     replay,
     sinks::{jsonl::JsonlSink, text::TextSink, Sink},
-    stage::Stage,
     symbolize::resolver::Resolver,
 };
 
@@ -49,9 +48,11 @@ async fn run_live(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
         follow_forks: false,
         ringbuf_bytes: cfg.ringbuf_bytes,
         cpu_hz: None,
+        cgroup_filter: false,
     };
-    let mut live = Live::start(&opts, cfg.bind_qp_counters)?;
-    let mut stage = Stage::new(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format))
+    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.filter)?;
+    let mut stage = live
+        .stage(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format))
         .with_resolver(Resolver::new());
     live.run(&mut stage, READY_LINE, cfg.duration, None).await?;
     let events = stage.events;

@@ -13,7 +13,6 @@ use crate::{
     correlate::filter::Filter,
     replay,
     sinks::report::VerdictSink,
-    stage::Stage,
 };
 
 /// Exit status when a watched process fell back to TCP.
@@ -26,6 +25,10 @@ pub struct VerdictConfig {
     /// Judge a recording instead of watching live.
     pub input: Option<PathBuf>,
     pub pid: Option<u32>,
+    /// Containers, pods or cgroups to judge (filtered in the kernel live).
+    pub place: Filter,
+    /// One verdict per container.
+    pub by_container: bool,
     pub duration: Option<Duration>,
     pub command: Vec<String>,
     pub json: bool,
@@ -38,9 +41,7 @@ pub struct VerdictConfig {
 pub fn run(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
     match &cfg.input {
         Some(path) => {
-            let (sink, _, replayed) = replay::file(path, Filter::default(), |_| {
-                VerdictSink::new(std::io::stdout(), cfg.json, cfg.pid)
-            })?;
+            let (sink, _, replayed) = replay::file(path, cfg.place.clone(), |_| sink(cfg))?;
             Ok(if replayed.damaged() {
                 replay::exit_code([&replayed])
             } else {
@@ -49,6 +50,12 @@ pub fn run(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
         }
         None => live::runtime()?.block_on(run_async(cfg)),
     }
+}
+
+fn sink(cfg: &VerdictConfig) -> VerdictSink<std::io::Stdout> {
+    let mut sink = VerdictSink::new(std::io::stdout(), cfg.json, cfg.pid);
+    sink.by_container = cfg.by_container;
+    sink
 }
 
 fn exit<W: std::io::Write>(sink: &VerdictSink<W>) -> ExitCode {
@@ -61,9 +68,8 @@ fn exit<W: std::io::Write>(sink: &VerdictSink<W>) -> ExitCode {
 
 async fn run_async(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
     let opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
-    let mut live = Live::start(&opts, cfg.bind_qp_counters)?;
-    let sink = VerdictSink::new(std::io::stdout(), cfg.json, cfg.pid);
-    let mut stage = Stage::new(ClockAnchor::now(), Filter::default(), sink);
+    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.place)?;
+    let mut stage = live.stage(ClockAnchor::now(), cfg.place.clone(), sink(cfg));
     let mut child = live.spawn(&cfg.command)?;
     live.run(&mut stage, READY_LINE, cfg.duration, child.as_mut())
         .await?;

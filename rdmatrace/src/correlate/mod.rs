@@ -5,11 +5,14 @@
 //! ([`QpChange`]), so analysis and timelines follow QPs without tracking them again.
 
 pub mod analysis;
+pub mod cgroups;
 pub mod filter;
 
 use rustc_hash::FxHashMap;
 
 use crate::event::{Body, CompactString, QpInfo, QpKey, QpState, Record};
+
+use cgroups::{Cgroups, Place};
 
 /// What the correlator knows about a live QP.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +101,8 @@ pub struct Correlator {
     lives: usize,
     /// What the last observed record changed.
     change: Option<QpChange>,
+    /// Each process's cgroup, container and pod.
+    cgroups: Cgroups,
 }
 
 impl Correlator {
@@ -109,6 +114,7 @@ impl Correlator {
     /// caller did not pass `IB_QP_CUR_STATE`).
     pub fn observe(&mut self, rec: &mut Record) {
         self.change = None;
+        self.cgroups.next();
         // Most records repeat their process's name: write only when it is new or changed.
         if !rec.comm.is_empty()
             && rec.pid != 0
@@ -159,7 +165,9 @@ impl Correlator {
             },
             Body::ProcessExit { .. } => {
                 self.comms.remove(&rec.pid);
+                self.cgroups.exit(rec.pid);
             }
+            Body::ProcessCgroup { id } => self.cgroups.seen(rec.pid, *id),
             // QP async events are delivered from work queues: the QP's creator owns them.
             Body::Async(a) => {
                 if let crate::event::AsyncElement::Qp(key) = &a.element {
@@ -260,6 +268,26 @@ impl Correlator {
 
     pub fn comm(&self, pid: u32) -> Option<&str> {
         self.comms.get(&pid).map(CompactString::as_str)
+    }
+
+    /// Where the process a record is about runs (its owner's cgroup when the record names an
+    /// owner: [`Record::subject_pid`]), when its cgroup and the cgroup's path are known.
+    pub fn place(&self, rec: &Record) -> Option<&Place> {
+        self.cgroups.of(rec.subject_pid()).map(|p| &**p)
+    }
+
+    /// Where process `pid` runs, when known.
+    pub fn place_of(&self, pid: u32) -> Option<&Place> {
+        self.cgroups.of(pid).map(|p| &**p)
+    }
+
+    pub fn cgroups(&self) -> &Cgroups {
+        &self.cgroups
+    }
+
+    /// Cgroup `id` is at `path` (the recorder resolved it).
+    pub fn cgroup_named(&mut self, id: u64, path: &str) {
+        self.cgroups.named(id, path);
     }
 }
 

@@ -118,50 +118,62 @@ fn filters_by_device_qpn_comm_and_never_hide_loss() {
         qpn: Some(0x11),
         ..Default::default()
     };
-    assert!(f.matches(&rec(
-        1,
-        "a",
-        1,
-        Body::QpCreate {
-            qp: qp("rxe1", 0x11),
-            ret: 0
-        }
-    )));
-    assert!(!f.matches(&rec(
-        1,
-        "a",
-        1,
-        Body::QpCreate {
-            qp: qp("rxe0", 0x11),
-            ret: 0
-        }
-    )));
-    assert!(!f.matches(&rec(
-        1,
-        "a",
-        1,
-        Body::QpCreate {
-            qp: qp("rxe1", 0x12),
-            ret: 0
-        }
-    )));
-    assert!(!f.matches(&rec(1, "a", 1, Body::ProcessExec { ppid: 1 })));
-    assert!(f.matches(&rec(
-        0,
-        "",
-        1,
-        Body::Lost {
-            count: 3,
-            cpu: None
-        }
-    )));
+    assert!(f.matches(
+        &rec(
+            1,
+            "a",
+            1,
+            Body::QpCreate {
+                qp: qp("rxe1", 0x11),
+                ret: 0
+            }
+        ),
+        None
+    ));
+    assert!(!f.matches(
+        &rec(
+            1,
+            "a",
+            1,
+            Body::QpCreate {
+                qp: qp("rxe0", 0x11),
+                ret: 0
+            }
+        ),
+        None
+    ));
+    assert!(!f.matches(
+        &rec(
+            1,
+            "a",
+            1,
+            Body::QpCreate {
+                qp: qp("rxe1", 0x12),
+                ret: 0
+            }
+        ),
+        None
+    ));
+    assert!(!f.matches(&rec(1, "a", 1, Body::ProcessExec { ppid: 1 }), None));
+    assert!(f.matches(
+        &rec(
+            0,
+            "",
+            1,
+            Body::Lost {
+                count: 3,
+                cpu: None
+            }
+        ),
+        None
+    ));
     let f = Filter {
         comm: Some("b".into()),
         pid: Some(2),
         ..Default::default()
     };
-    assert!(f.matches(&rec(2, "b", 1, Body::ProcessExec { ppid: 1 })));
-    assert!(!f.matches(&rec(3, "b", 1, Body::ProcessExec { ppid: 1 })));
+    assert!(f.matches(&rec(2, "b", 1, Body::ProcessExec { ppid: 1 }), None));
+    assert!(!f.matches(&rec(3, "b", 1, Body::ProcessExec { ppid: 1 }), None));
 }
 
 #[test]

@@ -417,6 +417,10 @@ pub enum Body {
         ppid: u32,
         exit_code: i32,
     },
+    /// The process's cgroup v2 id (its path: [`crate::correlate::Correlator::place`]).
+    ProcessCgroup {
+        id: u64,
+    },
     Retransmit(Retransmit),
     Resource(Resource),
     Async(AsyncEvent),
@@ -449,6 +453,7 @@ impl Body {
             Body::QpDestroy { .. } => "qp_destroy",
             Body::ProcessExec { .. } => "process_exec",
             Body::ProcessExit { .. } => "process_exit",
+            Body::ProcessCgroup { .. } => "process_cgroup",
             Body::Retransmit(_) => "retransmit",
             Body::Resource(r) => {
                 let (add, del, ..) = r.res_type.names();

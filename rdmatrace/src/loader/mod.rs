@@ -65,6 +65,9 @@ pub struct LoadOptions {
     pub ringbuf_bytes: u32,
     /// On-CPU profile at this frequency (Hz); `None`: no profile (the default).
     pub cpu_hz: Option<u64>,
+    /// Kernel-side cgroup filter: only processes of the cgroups put in `WANTED_CGROUPS` after
+    /// load (and any in `traced_pids`).
+    pub cgroup_filter: bool,
 }
 
 impl Default for LoadOptions {
@@ -75,6 +78,7 @@ impl Default for LoadOptions {
             follow_forks: false,
             ringbuf_bytes: rdmatrace_common::limits::RINGBUF_BYTES,
             cpu_hz: None,
+            cgroup_filter: false,
         }
     }
 }
@@ -319,6 +323,10 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     if opts.traced_pids.is_some() {
         cfg.filter_mode = rdmatrace_common::config::FILTER_TRACED;
         cfg.follow_forks = u32::from(opts.follow_forks);
+    }
+    if opts.cgroup_filter {
+        // Processes of the cgroups user space keeps in WANTED_CGROUPS, and any in TRACED.
+        cfg.filter_mode = rdmatrace_common::config::FILTER_CGROUP;
     }
     let mut report = AttachReport::default();
     let mut usable: Vec<&Area> = Vec::new();

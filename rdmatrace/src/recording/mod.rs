@@ -1,4 +1,4 @@
-//! The recording file format (`.rdmt`), version 3 (versions 1 and 2 still read). Written by
+//! The recording file format (`.rdmt`), version 4 (versions 1 to 3 still read). Written by
 //! `rdmatrace record`, read by `trace --input`, `report`, ... without privileges.
 //!
 //! ```text
@@ -35,6 +35,11 @@
 //! - [`TAG_LOST_CPU`]: `ts_ns u64 | count u64 | cpu u32` (little endian): events the kernel
 //!   dropped on one CPU (the ring buffer's loss counter is per CPU).
 //!
+//! Version 4 adds [`TAG_CGROUP`]: `id u64 | path UTF-8` (little endian): the cgroup v2 path
+//! (below the cgroup2 root) of cgroup `id`, resolved by the recorder while the cgroup existed,
+//! before the first `ProcessCgroup` event that names `id` (a version 1 to 3 file holding it is
+//! damaged).
+//!
 //! Every chunk starts from a clean state (previous `ts_ns` 0, empty task table), so chunks
 //! stay independently decodable.
 //!
@@ -49,7 +54,7 @@ pub mod writer;
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &[u8; 8] = b"RDMATRC\0";
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Oldest version this reader still reads (1: no symbol entries).
 pub const MIN_VERSION: u32 = 1;
 pub const CHUNK_MAGIC: &[u8; 4] = b"CHNK";
@@ -65,6 +70,8 @@ pub const TAG_SYMBOL: u8 = 3;
 pub const TAG_EVENT_COMPACT: u8 = 4;
 /// Version 3: events lost on one CPU.
 pub const TAG_LOST_CPU: u8 = 5;
+/// Version 4: a cgroup id's path.
+pub const TAG_CGROUP: u8 = 6;
 /// Largest JSON header a version-3 reader decompresses.
 pub const MAX_HEADER: u32 = 1 << 20;
 /// The LZ4 dictionary of version-3 headers: a typical header (a lab recording's probe report)
@@ -104,5 +111,10 @@ pub enum Entry<'a> {
         pid: u32,
         addr: u64,
         name: &'a str,
+    },
+    /// Cgroup `id` is `path` (version 4).
+    Cgroup {
+        id: u64,
+        path: &'a str,
     },
 }

@@ -7,8 +7,8 @@ use std::{fmt, path::Path};
 use super::{
     compact::{Decoder, Order},
     Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MAX_CHUNK,
-    MAX_HEADER, MIN_VERSION, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL,
-    VERSION,
+    MAX_HEADER, MIN_VERSION, TAG_CGROUP, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU,
+    TAG_SYMBOL, VERSION,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -457,6 +457,12 @@ fn entries(
                 let name = std::str::from_utf8(&body[12..])
                     .map_err(|e| format!("symbol entry at payload byte {i} is not UTF-8: {e}"))?;
                 f(Entry::Symbol { pid, addr, name });
+            }
+            TAG_CGROUP if len >= 8 && version >= 4 => {
+                let id = u64::from_le_bytes(body[..8].try_into().unwrap_or_default());
+                let path = std::str::from_utf8(&body[8..])
+                    .map_err(|e| format!("cgroup entry at payload byte {i} is not UTF-8: {e}"))?;
+                f(Entry::Cgroup { id, path });
             }
             other => {
                 return Err(format!(

@@ -9,8 +9,8 @@ use std::{
 
 use super::{
     compact::{Encoder, Order},
-    Header, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MIN_VERSION, TAG_EVENT, TAG_EVENT_COMPACT,
-    TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
+    Header, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MIN_VERSION, TAG_CGROUP, TAG_EVENT,
+    TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
 };
 
 /// Flush a chunk once its raw payload reaches this size.
@@ -158,6 +158,22 @@ impl<W: Write> RecordingWriter<W> {
         self.entry(TAG_SYMBOL, &b)
     }
 
+    /// The cgroup v2 path of cgroup `id`, written before the events that name it (version 4;
+    /// older formats cannot hold it and skip it). Paths longer than an entry allows are cut.
+    pub fn cgroup(&mut self, id: u64, path: &str) -> io::Result<()> {
+        if self.version < 4 {
+            return Ok(());
+        }
+        let mut end = path.len().min(4096);
+        while !path.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut b = Vec::with_capacity(8 + end);
+        b.extend_from_slice(&id.to_le_bytes());
+        b.extend_from_slice(&path.as_bytes()[..end]);
+        self.entry(TAG_CGROUP, &b)
+    }
+
     /// Writes the pending entries as one chunk (nothing when there are none).
     pub fn flush_chunk(&mut self) -> io::Result<()> {
         if self.entries == 0 {
@@ -209,6 +225,7 @@ pub fn rewrite<W: Write>(
             Some(super::Entry::Event(b)) => w.event(b),
             Some(super::Entry::Lost { ts_ns, count, cpu }) => w.lost(ts_ns, cpu, count),
             Some(super::Entry::Symbol { pid, addr, name }) => w.symbol(pid, addr, name),
+            Some(super::Entry::Cgroup { id, path }) => w.cgroup(id, path),
         };
         if let Err(e) = r {
             error = Some(e);

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use crate::{
     clock::rfc3339,
-    correlate::Correlator,
+    correlate::{cgroups::Place, Correlator},
     event::{access_names, qp_type_name, tcp_state_name, AsyncElement, Body, Record},
     format::gid_text,
     sinks::Sink,
@@ -54,13 +54,26 @@ fn stack(d: &mut Map<String, Value>, key: &str, frames: &[crate::event::Frame]) 
     d.insert(format!("{key}_addrs"), addrs.into());
 }
 
-pub fn to_json(rec: &Record) -> Value {
+/// `cgroup`, `container`, `pod_uid` of the process a record is about (its owner's when it
+/// names one); each absent when not known or not there.
+fn place(d: &mut Map<String, Value>, place: Option<&Place>) {
+    if let Some(p) = place {
+        d.insert("cgroup".into(), p.path.as_str().into());
+        opt(d, "container", p.container());
+        opt(d, "pod_uid", p.pod_uid());
+    }
+}
+
+/// The JSON of `rec`; `at` is where its process runs, when known
+/// ([`Correlator::place`]).
+pub fn to_json(rec: &Record, at: Option<&Place>) -> Value {
     let mut d = Map::new();
     d.insert("ts_ns".into(), rec.ts_ns.into());
     d.insert("time".into(), rfc3339(rec.wall_ns).into());
     d.insert("pid".into(), rec.pid.into());
     d.insert("tid".into(), rec.tid.into());
     d.insert("comm".into(), rec.comm.as_str().into());
+    place(&mut d, at);
     if let Some(qp) = rec.body.qp() {
         d.insert("dev".into(), qp.key.dev.as_str().into());
         d.insert("qpn".into(), qp.key.qpn.into());
@@ -86,6 +99,9 @@ pub fn to_json(rec: &Record) -> Value {
         }
         Body::ProcessExec { ppid } => {
             d.insert("ppid".into(), (*ppid).into());
+        }
+        Body::ProcessCgroup { id } => {
+            d.insert("cgroup_id".into(), (*id).into());
         }
         Body::ProcessExit { ppid, exit_code } => {
             d.insert("ppid".into(), (*ppid).into());
@@ -249,8 +265,8 @@ pub fn to_json(rec: &Record) -> Value {
 }
 
 impl<W: Write> Sink for JsonlSink<W> {
-    fn record(&mut self, rec: &Record, _state: &Correlator) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, &to_json(rec))?;
+    fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, &to_json(rec, state.place(rec)))?;
         self.out.write_all(b"\n")?;
         self.out.flush()
     }

@@ -44,6 +44,10 @@ pub trait Sink {
     fn symbol(&mut self, _pid: u32, _addr: u64, _name: &str) -> io::Result<()> {
         Ok(())
     }
+    /// A cgroup id's path, resolved for the first time, before the first record that names it.
+    fn cgroup(&mut self, _id: u64, _path: &str) -> io::Result<()> {
+        Ok(())
+    }
     /// One record, after `state` observed it (owners, states, the QP change it made).
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()>;
     /// Live only: once a second (frames, periodic flushes).
@@ -71,6 +75,9 @@ impl Sink for Box<dyn Sink> {
     }
     fn symbol(&mut self, pid: u32, addr: u64, name: &str) -> io::Result<()> {
         (**self).symbol(pid, addr, name)
+    }
+    fn cgroup(&mut self, id: u64, path: &str) -> io::Result<()> {
+        (**self).cgroup(id, path)
     }
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
         (**self).record(rec, state)

@@ -59,6 +59,10 @@ impl Sink for RecordingSink {
         self.writer.symbol(pid, addr, name)
     }
 
+    fn cgroup(&mut self, id: u64, path: &str) -> io::Result<()> {
+        self.writer.cgroup(id, path)
+    }
+
     /// Losses are stored, and said on stderr as they happen (at most once a second).
     fn record(&mut self, rec: &Record, _state: &Correlator) -> io::Result<()> {
         if let Body::Lost { count, cpu } = rec.body {

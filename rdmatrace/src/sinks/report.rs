@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 use crate::{
     clock::{hms_millis, rfc3339},
     correlate::{
-        analysis::{Analyzer, ProcReport, Report, Verdict},
+        analysis::{Analyzer, ProcReport, ProcStats, Report, Verdict},
+        cgroups::Place,
         Correlator,
     },
     event::qp_type_name,
@@ -25,25 +26,173 @@ pub struct Source {
     pub kernel: String,
 }
 
+/// `cgroup`, `container`, `pod_uid` of a process (each absent when not known or not there).
+fn place_json(d: &mut serde_json::Map<String, Value>, place: Option<&Place>) {
+    if let Some(p) = place {
+        d.insert("cgroup".into(), p.path.as_str().into());
+        if let Some(c) = p.container() {
+            d.insert("container".into(), c.into());
+        }
+        if let Some(u) = p.pod_uid() {
+            d.insert("pod_uid".into(), u.into());
+        }
+    }
+}
+
 pub fn verdict_json(p: &ProcReport) -> Value {
-    json!({"type": "verdict", "data": {
+    let mut d = json!({
         "pid": p.stats.pid,
         "comm": p.stats.comm,
         "verdict": p.verdict.name(),
         "evidence": p.evidence,
-    }})
+    });
+    if let Value::Object(m) = &mut d {
+        place_json(m, p.stats.place.as_deref());
+    }
+    json!({"type": "verdict", "data": d})
 }
 
-pub fn verdict_text(p: &ProcReport) -> String {
-    let mut s = format!(
-        "{:<7} {:<15} {:<12} {}",
-        p.stats.pid,
-        p.stats.comm,
-        p.verdict.name(),
-        p.evidence.first().cloned().unwrap_or_default()
-    );
+/// Whether any of `procs` runs in a container: then tables get a CONTAINER column.
+pub fn any_container(procs: &[ProcReport]) -> bool {
+    procs.iter().any(|p| short_container(p) != "-")
+}
+
+/// A process's container as `docker ps` shortens it, `-` when none.
+pub fn short_container(p: &ProcReport) -> &str {
+    p.stats
+        .place
+        .as_deref()
+        .and_then(|pl| pl.placement.short_container())
+        .unwrap_or("-")
+}
+
+/// The verdict table's header, with a CONTAINER column when `containers`.
+pub fn verdict_header(containers: bool) -> &'static str {
+    if containers {
+        "PID     COMM            CONTAINER    VERDICT      EVIDENCE"
+    } else {
+        "PID     COMM            VERDICT      EVIDENCE"
+    }
+}
+
+pub fn verdict_text(p: &ProcReport, containers: bool) -> String {
+    let (mut s, indent) = if containers {
+        (
+            format!(
+                "{:<7} {:<15} {:<12} {:<12} {}",
+                p.stats.pid,
+                p.stats.comm,
+                short_container(p),
+                p.verdict.name(),
+                p.evidence.first().cloned().unwrap_or_default()
+            ),
+            49,
+        )
+    } else {
+        (
+            format!(
+                "{:<7} {:<15} {:<12} {}",
+                p.stats.pid,
+                p.stats.comm,
+                p.verdict.name(),
+                p.evidence.first().cloned().unwrap_or_default()
+            ),
+            36,
+        )
+    };
     for e in p.evidence.iter().skip(1) {
-        s += &format!("\n{:<36} {e}", "");
+        s += &format!("\n{:<indent$} {e}", "");
+    }
+    s
+}
+
+/// One verdict per container (processes outside containers: per cgroup), on the sum of its
+/// processes' accounts.
+pub struct GroupVerdict {
+    /// The container id, else the cgroup path, else `-` (cgroup not known).
+    pub key: String,
+    pub place: Option<std::sync::Arc<Place>>,
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    pub verdict: Verdict,
+    pub evidence: Vec<String>,
+}
+
+pub fn by_container(r: &Report, traffic_measured: bool) -> Vec<GroupVerdict> {
+    let mut groups: std::collections::BTreeMap<String, (ProcStats, Vec<u32>, Vec<String>)> =
+        Default::default();
+    for p in &r.processes {
+        let place = p.stats.place.as_deref();
+        let key = match place {
+            Some(pl) => pl.container().unwrap_or(&pl.path).to_string(),
+            None => "-".to_string(),
+        };
+        let g = groups.entry(key).or_insert_with(|| {
+            (
+                ProcStats {
+                    place: p.stats.place.clone(),
+                    ..Default::default()
+                },
+                Vec::new(),
+                Vec::new(),
+            )
+        });
+        g.0.add(&p.stats);
+        g.1.push(p.stats.pid);
+        if !g.2.contains(&p.stats.comm.to_string()) {
+            g.2.push(p.stats.comm.to_string());
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(key, (stats, pids, comms))| {
+            let (verdict, evidence) =
+                crate::correlate::analysis::verdict::verdict(&stats, traffic_measured);
+            GroupVerdict {
+                key,
+                place: stats.place,
+                pids,
+                comms,
+                verdict,
+                evidence,
+            }
+        })
+        .collect()
+}
+
+pub fn group_json(g: &GroupVerdict) -> Value {
+    let mut d = json!({
+        "pids": g.pids,
+        "comms": g.comms,
+        "verdict": g.verdict.name(),
+        "evidence": g.evidence,
+    });
+    if let Value::Object(m) = &mut d {
+        place_json(m, g.place.as_deref());
+    }
+    json!({"type": "container_verdict", "data": d})
+}
+
+pub const GROUP_HEADER: &str =
+    "CONTAINER    POD                                  PIDS  VERDICT      EVIDENCE";
+
+pub fn group_text(g: &GroupVerdict) -> String {
+    let pl = g.place.as_deref();
+    let name = match pl.and_then(|p| p.placement.short_container()) {
+        Some(c) => c.to_string(),
+        None => g.key.clone(),
+    };
+    let pod = pl.and_then(Place::pod_uid).unwrap_or("-");
+    let mut s = format!(
+        "{:<12} {:<36} {:<5} {:<12} {}",
+        name,
+        pod,
+        g.pids.len(),
+        g.verdict.name(),
+        g.evidence.first().cloned().unwrap_or_default()
+    );
+    for e in g.evidence.iter().skip(1) {
+        s += &format!("\n{:<69} {e}", "");
     }
     s
 }
@@ -70,12 +219,13 @@ pub fn text(r: &Report, src: &Source) -> String {
         r.events,
         r.lost
     );
-    o += "\nPROCESSES\nPID     COMM            VERDICT      EVIDENCE\n";
+    let containers = any_container(&r.processes);
+    o += &format!("\nPROCESSES\n{}\n", verdict_header(containers));
     if r.processes.is_empty() {
         o += "(no process used RDMA or TCP)\n";
     }
     for p in &r.processes {
-        o += &verdict_text(p);
+        o += &verdict_text(p, containers);
         o.push('\n');
     }
     o += "\nQPS\nDEV    QPN      OWNER                 TYPE STATE   PEER                  TX         RETX  TIME IN STATES\n";
@@ -156,6 +306,13 @@ pub fn text(r: &Report, src: &Source) -> String {
     o
 }
 
+fn with_place(mut v: Value, place: Option<&Place>) -> Value {
+    if let Value::Object(m) = &mut v {
+        place_json(m, place);
+    }
+    v
+}
+
 pub fn to_json(r: &Report, src: &Source) -> Value {
     let mut v = json!({"type": "report", "data": {
         "host": src.hostname,
@@ -164,7 +321,7 @@ pub fn to_json(r: &Report, src: &Source) -> Value {
         "end": rfc3339(r.last_wall_ns),
         "events": r.events,
         "lost": r.lost,
-        "processes": r.processes.iter().map(|p| json!({
+        "processes": r.processes.iter().map(|p| with_place(json!({
             "pid": p.stats.pid,
             "comm": p.stats.comm,
             "verdict": p.verdict.name(),
@@ -181,7 +338,7 @@ pub fn to_json(r: &Report, src: &Source) -> Value {
             "retransmits_rdma": p.stats.retrans_rdma,
             "retransmits_tcp": p.stats.retrans_tcp,
             "exit_code": p.stats.exit_code,
-        })).collect::<Vec<_>>(),
+        }), p.stats.place.as_deref())).collect::<Vec<_>>(),
         "qps": r.qps.iter().map(|q| json!({
             "dev": q.key.dev,
             "qpn": q.key.qpn,
@@ -264,6 +421,8 @@ pub struct VerdictSink<W: Write> {
     out: W,
     json: bool,
     pid: Option<u32>,
+    /// One verdict per container instead of per process.
+    pub by_container: bool,
     analyzer: Analyzer,
     /// Whether a watched process fell back to TCP (known after `finish`).
     pub fallback: bool,
@@ -275,6 +434,7 @@ impl<W: Write> VerdictSink<W> {
             out,
             json,
             pid,
+            by_container: false,
             analyzer: Analyzer::new(),
             fallback: false,
         }
@@ -288,20 +448,35 @@ impl<W: Write> Sink for VerdictSink<W> {
     }
 
     fn finish(&mut self) -> io::Result<()> {
-        let report = std::mem::take(&mut self.analyzer).finish();
-        if !self.json {
-            writeln!(self.out, "PID     COMM            VERDICT      EVIDENCE")?;
-        }
-        for p in report
+        let measured = self.analyzer.traffic_measured();
+        let mut report = std::mem::take(&mut self.analyzer).finish();
+        report
             .processes
-            .iter()
-            .filter(|p| self.pid.is_none_or(|pid| pid == p.stats.pid))
-        {
+            .retain(|p| self.pid.is_none_or(|pid| pid == p.stats.pid));
+        if self.by_container {
+            if !self.json {
+                writeln!(self.out, "{GROUP_HEADER}")?;
+            }
+            for g in by_container(&report, measured) {
+                self.fallback |= g.verdict == Verdict::TcpFallback;
+                if self.json {
+                    writeln!(self.out, "{}", group_json(&g))?;
+                } else {
+                    writeln!(self.out, "{}", group_text(&g))?;
+                }
+            }
+            return self.out.flush();
+        }
+        let containers = any_container(&report.processes);
+        if !self.json {
+            writeln!(self.out, "{}", verdict_header(containers))?;
+        }
+        for p in &report.processes {
             self.fallback |= p.verdict == Verdict::TcpFallback;
             if self.json {
                 writeln!(self.out, "{}", verdict_json(p))?;
             } else {
-                writeln!(self.out, "{}", verdict_text(p))?;
+                writeln!(self.out, "{}", verdict_text(p, containers))?;
             }
         }
         self.out.flush()

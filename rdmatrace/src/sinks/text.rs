@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use crate::{
     clock::hms_millis,
-    correlate::Correlator,
+    correlate::{cgroups::Place, Correlator},
     event::{
         access_names, mtu_bytes, qp_type_name, tcp_state_name, AsyncElement, Body, ModifyAttrs,
         Record,
@@ -70,6 +70,28 @@ fn modify_details(a: &ModifyAttrs, ret: i32) -> String {
 
 /// One output line (without newline) for `rec`.
 pub fn line(rec: &Record) -> String {
+    line_in(rec, None)
+}
+
+/// What a cgroup record says: the path, and the container and pod it names.
+fn cgroup_details(id: u64, at: Option<&Place>) -> String {
+    let Some(p) = at.filter(|p| p.id == id) else {
+        return format!("id {id}");
+    };
+    let mut d = p.path.clone();
+    if let (Some(c), Some(rt)) = (p.placement.short_container(), p.placement.runtime) {
+        d += &format!(" container {c} ({rt})");
+    } else if let Some(c) = p.placement.short_container() {
+        d += &format!(" container {c}");
+    }
+    if let Some(uid) = p.pod_uid() {
+        d += &format!(" pod {uid}");
+    }
+    d
+}
+
+/// [`line`], with `at`, where the record's process runs, when known.
+pub fn line_in(rec: &Record, at: Option<&Place>) -> String {
     let dev = rec.dev().filter(|d| !d.is_empty()).unwrap_or("-");
     let qpn = rec
         .qpn()
@@ -93,6 +115,7 @@ pub fn line(rec: &Record) -> String {
         ),
         Body::ProcessExec { ppid } => ("exec", format!("ppid {ppid}")),
         Body::ProcessExit { exit_code, .. } => ("exit", exit_text(*exit_code)),
+        Body::ProcessCgroup { id } => ("cgroup", cgroup_details(*id, at)),
         Body::Retransmit(r) => ("retrans", retransmit_details(r)),
         Body::Resource(r) => resource_line(r),
         Body::TcpBytes(t) => (
@@ -263,8 +286,8 @@ impl<W: Write> Sink for TextSink<W> {
         self.out.flush()
     }
 
-    fn record(&mut self, rec: &Record, _state: &Correlator) -> io::Result<()> {
-        writeln!(self.out, "{}", line(rec))?;
+    fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
+        writeln!(self.out, "{}", line_in(rec, state.place(rec)))?;
         self.out.flush()
     }
 

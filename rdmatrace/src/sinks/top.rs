@@ -86,9 +86,26 @@ pub fn render(f: &Frame<'_>) -> String {
         f.now.events,
         f.now.lost
     );
+    // A CONTAINER column only when some process runs in one.
+    let containers = crate::sinks::report::any_container(&f.now.processes);
+    let container = |p: &ProcReport| {
+        if containers {
+            format!("{:<12} ", crate::sinks::report::short_container(p))
+        } else {
+            String::new()
+        }
+    };
     out += &format!(
-        "{:<7} {:<15} {:<12} {:>4} {:>12} {:>12} {:>12} {:>7}\n",
-        "PID", "COMM", "VERDICT", "QPS", "RDMA TX", "RDMA RX", "TCP", "RETX/s"
+        "{:<7} {:<15} {}{:<12} {:>4} {:>12} {:>12} {:>12} {:>7}\n",
+        "PID",
+        "COMM",
+        if containers { "CONTAINER    " } else { "" },
+        "VERDICT",
+        "QPS",
+        "RDMA TX",
+        "RDMA RX",
+        "TCP",
+        "RETX/s"
     );
     let mut procs: Vec<(&ProcReport, u64)> = f
         .now
@@ -107,9 +124,10 @@ pub fn render(f: &Frame<'_>) -> String {
         let (btx, brx, btcp, bretx) = before.get(&p.stats.pid).copied().unwrap_or_default();
         let qps = live.iter().filter(|q| q.owner_pid == p.stats.pid).count();
         out += &format!(
-            "{:<7} {:<15.15} {:<12} {:>4} {:>12} {:>12} {:>12} {:>7.1}\n",
+            "{:<7} {:<15.15} {}{:<12} {:>4} {:>12} {:>12} {:>12} {:>7.1}\n",
             p.stats.pid,
             p.stats.comm,
+            container(p),
             p.verdict.name(),
             qps,
             rate(tx, btx, f.secs),

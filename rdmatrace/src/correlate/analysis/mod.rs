@@ -79,6 +79,11 @@ impl Analyzer {
         p
     }
 
+    /// Whether a per-QP traffic source reported (zero RDMA bytes then means none moved).
+    pub fn traffic_measured(&self) -> bool {
+        self.traffic_measured
+    }
+
     /// One record, after `state` observed it (owners filled in, its QP change known).
     pub fn push(&mut self, rec: &Record, state: &Correlator) {
         self.events += 1;
@@ -209,6 +214,23 @@ impl Analyzer {
                 self.anomalies.lost(rec, *count, *cpu);
             }
             _ => {}
+        }
+        self.place(rec, state);
+    }
+
+    /// Keeps each process's cgroup: taken when first known, replaced when it moves.
+    fn place(&mut self, rec: &Record, state: &Correlator) {
+        let pid = rec.subject_pid();
+        if pid == 0 {
+            return;
+        }
+        let moved = matches!(rec.body, Body::ProcessCgroup { .. });
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if p.place.is_none() || moved {
+                if let Some(place) = state.cgroups().of(pid) {
+                    p.place = Some(place.clone());
+                }
+            }
         }
     }
 

@@ -1,7 +1,9 @@
 //! Verdicts: did a process move its data over RDMA, fall back to TCP, or both? From its
 //! account ([`ProcStats`]) and whether per-QP traffic was measured at all.
 
-use crate::{event::CompactString, format::size};
+use std::sync::Arc;
+
+use crate::{correlate::cgroups::Place, event::CompactString, format::size};
 
 /// TCP traffic below this is a control channel, not a data path (perftest, MPI bootstrap...).
 pub const TCP_DATA_THRESHOLD: u64 = 1 << 20;
@@ -51,6 +53,8 @@ pub struct ProcStats {
     pub retrans_rdma: u64,
     pub retrans_tcp: u64,
     pub exit_code: Option<i32>,
+    /// Its cgroup (container, pod), when known.
+    pub place: Option<Arc<Place>>,
 }
 
 impl ProcStats {
@@ -65,6 +69,33 @@ impl ProcStats {
             + self.rdma_rx_packets
             + self.wc_errors
             > 0
+    }
+
+    /// Adds `o`'s account to this one (a container's sum of its processes).
+    pub fn add(&mut self, o: &ProcStats) {
+        for d in &o.devices {
+            if !self.devices.contains(d) {
+                self.devices.push(d.clone());
+            }
+        }
+        for t in &o.qp_types {
+            if !self.qp_types.contains(t) {
+                self.qp_types.push(t.clone());
+            }
+        }
+        self.ctx_opens += o.ctx_opens;
+        self.qps_created += o.qps_created;
+        self.qps_rts += o.qps_rts;
+        self.rdma_tx_bytes += o.rdma_tx_bytes;
+        self.rdma_tx_packets += o.rdma_tx_packets;
+        self.rdma_rx_bytes += o.rdma_rx_bytes;
+        self.rdma_rx_packets += o.rdma_rx_packets;
+        self.wc_errors += o.wc_errors;
+        self.tcp_tx_bytes += o.tcp_tx_bytes;
+        self.tcp_rx_bytes += o.tcp_rx_bytes;
+        self.tcp_calls += o.tcp_calls;
+        self.retrans_rdma += o.retrans_rdma;
+        self.retrans_tcp += o.retrans_tcp;
     }
 
     /// Notes that the process uses a QP of this type on this device.

@@ -40,7 +40,7 @@ fn collect(rec: &Recording) -> (Vec<u8>, u64, Vec<ChunkProblem>) {
     let problems = rec.replay(|e| match e {
         Entry::Event(b) => firsts.push(b[0]),
         Entry::Lost { count, .. } => lost += count,
-        Entry::Symbol { .. } => {}
+        Entry::Symbol { .. } | Entry::Cgroup { .. } => {}
     });
     (firsts, lost, problems)
 }
@@ -166,6 +166,7 @@ fn symbol_entries_round_trip_in_order_with_events() {
     // Longer than any entry may be: cut, still valid UTF-8.
     let long = "é".repeat(5000);
     w.symbol(42, 1, &long).expect("long symbol");
+    w.cgroup(4711, "/kubepods.slice/x.scope").expect("cgroup");
     let bytes = w.finish().expect("finish").0;
     let rec = Recording::from_bytes(bytes).expect("open");
     let mut seen = Vec::new();
@@ -174,6 +175,7 @@ fn symbol_entries_round_trip_in_order_with_events() {
         Entry::Symbol { pid, addr, name } => {
             seen.push(format!("{pid} {addr:#x} {}", &name[..name.len().min(20)]));
         }
+        Entry::Cgroup { id, path } => seen.push(format!("cgroup {id} {path}")),
         Entry::Lost { .. } => {}
     });
     assert!(problems.is_empty(), "{problems:?}");
@@ -184,7 +186,32 @@ fn symbol_entries_round_trip_in_order_with_events() {
             "event 7",
             "0 0xffffffff81000000 do_syscall_64;x",
             "42 0x1 éééééééééé",
+            "cgroup 4711 /kubepods.slice/x.scope",
         ]
+    );
+}
+
+#[test]
+fn cgroup_entries_are_version_4_and_damage_an_older_file() {
+    // A version-3 writer has no place for them: it leaves them out.
+    let mut w = RecordingWriter::with_version(Vec::new(), &header(), 3).expect("writer");
+    w.cgroup(1, "/a").expect("cgroup");
+    w.event(&[7; 40]).expect("event");
+    let bytes = w.finish().expect("finish").0;
+    let rec = Recording::from_bytes(bytes).expect("open");
+    let (firsts, _, problems) = collect(&rec);
+    assert_eq!((firsts, problems.len()), (vec![7], 0));
+    // A version-3 file that holds one anyway is damaged there, and says which tag.
+    let mut w = RecordingWriter::new(Vec::new(), &header()).expect("writer");
+    w.cgroup(1, "/a").expect("cgroup");
+    let mut bytes = w.finish().expect("finish").0;
+    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let rec = Recording::from_bytes(bytes).expect("open");
+    let (_, _, problems) = collect(&rec);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        format!("{:?}", problems[0]).contains("unknown entry tag 6"),
+        "{problems:?}"
     );
 }
 
