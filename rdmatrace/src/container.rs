@@ -169,6 +169,23 @@ impl CgroupPaths {
     }
 }
 
+/// Where the cgroup v2 hierarchy is mounted, from `/proc/self/mounts`' text: the first
+/// `cgroup2` mount (`/sys/fs/cgroup` on a unified host, `/sys/fs/cgroup/unified` on a hybrid
+/// one).
+pub fn cgroup2_mount(mounts: &str) -> Option<&str> {
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+        (fstype == "cgroup2").then_some(dir)
+    })
+}
+
+/// This host's cgroup2 mount (`/sys/fs/cgroup` when `/proc/self/mounts` names none).
+pub fn cgroup2_root() -> std::path::PathBuf {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    cgroup2_mount(&mounts).unwrap_or("/sys/fs/cgroup").into()
+}
+
 /// The cgroup v2 path of a process from `/proc/PID/cgroup`'s text (the `0::PATH` line).
 pub fn cgroup2_path(proc_cgroup: &str) -> Option<&str> {
     proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))
@@ -177,6 +194,17 @@ pub fn cgroup2_path(proc_cgroup: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cgroup2_mount_is_found_on_unified_and_hybrid_hosts() {
+        let unified = "sysfs /sys sysfs rw 0 0\ncgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n";
+        assert_eq!(cgroup2_mount(unified), Some("/sys/fs/cgroup"));
+        let hybrid =
+            "tmpfs /sys/fs/cgroup tmpfs rw 0 0\ncgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n\
+                      cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n";
+        assert_eq!(cgroup2_mount(hybrid), Some("/sys/fs/cgroup/unified"));
+        assert_eq!(cgroup2_mount("proc /proc proc rw 0 0\n"), None);
+    }
 
     const ID: &str = "3f2a1b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708";
     const UID: &str = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";

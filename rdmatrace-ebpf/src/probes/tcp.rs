@@ -24,6 +24,8 @@ use crate::{
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
 const TCP_SYN_SENT: i32 = 2;
+const TCP_CLOSE: i32 = 7;
+const TCP_LISTEN: i32 = 10;
 
 #[inline(always)]
 fn remember_owner(sk: u64) {
@@ -55,9 +57,19 @@ pub fn tcp_state(ctx: BtfTracePointContext) -> u32 {
 
 fn try_tcp_state(ctx: &BtfTracePointContext) -> Option<u32> {
     let sk: u64 = ctx.arg(0);
-    let oldstate: i32 = ctx.arg(1);
     let newstate: i32 = ctx.arg(2);
-    if newstate == TCP_SYN_SENT {
+    let r = tcp_state_event(ctx, sk, newstate);
+    // A closed socket's memory is reused for new sockets: they must not inherit its owner.
+    if newstate == TCP_CLOSE {
+        let _ = SOCK_OWNER.remove(&sk);
+    }
+    r
+}
+
+fn tcp_state_event(ctx: &BtfTracePointContext, sk: u64, newstate: i32) -> Option<u32> {
+    let oldstate: i32 = ctx.arg(1);
+    // Connecting and listening run in the owner's context.
+    if newstate == TCP_SYN_SENT || newstate == TCP_LISTEN {
         remember_owner(sk);
     }
     let cfg = config()?;

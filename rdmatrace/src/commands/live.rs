@@ -14,8 +14,8 @@ use tokio::{
 
 use crate::{
     clock::{monotonic_ns, ClockAnchor},
-    commands::places::{PlaceWatch, CGROUP2_ROOT},
-    container::CgroupPaths,
+    commands::places::PlaceWatch,
+    container::{cgroup2_root, CgroupPaths},
     correlate::filter::Filter,
     loader::{self, LoadOptions, Tracer},
     sample::Sampler,
@@ -64,7 +64,7 @@ impl Live {
     /// A stage for this live trace: wall time through `anchor`, cgroup ids named from the
     /// cgroup2 mount while they exist.
     pub fn stage<S: Sink>(&self, anchor: ClockAnchor, filter: Filter, sink: S) -> Stage<S> {
-        Stage::new(anchor, filter, sink).with_cgroup_paths(CgroupPaths::new(CGROUP2_ROOT))
+        Stage::new(anchor, filter, sink).with_cgroup_paths(CgroupPaths::new(cgroup2_root()))
     }
 
     /// Runs `command` (if any) traced with its descendants; see [`load_options`].

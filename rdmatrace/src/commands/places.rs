@@ -8,13 +8,10 @@ use anyhow::Context as _;
 use aya::maps::{HashMap, MapData};
 
 use crate::{
-    container::CgroupPaths,
+    container::{cgroup2_root, CgroupPaths},
     correlate::{cgroups::Place, filter::Filter},
     loader::Tracer,
 };
-
-/// Where the cgroup v2 hierarchy is mounted.
-pub const CGROUP2_ROOT: &str = "/sys/fs/cgroup";
 
 pub struct PlaceWatch {
     map: HashMap<MapData, u64, u8>,
@@ -35,7 +32,7 @@ impl PlaceWatch {
         let mut w = PlaceWatch {
             map,
             filter: filter.clone(),
-            paths: CgroupPaths::new(CGROUP2_ROOT),
+            paths: CgroupPaths::new(cgroup2_root()),
             wanted: HashSet::new(),
             full: false,
         };

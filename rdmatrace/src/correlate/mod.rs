@@ -114,7 +114,7 @@ impl Correlator {
     /// caller did not pass `IB_QP_CUR_STATE`).
     pub fn observe(&mut self, rec: &mut Record) {
         self.change = None;
-        self.cgroups.next();
+        self.cgroups.next(rec.ts_ns);
         // Most records repeat their process's name: write only when it is new or changed.
         if !rec.comm.is_empty()
             && rec.pid != 0
@@ -165,7 +165,7 @@ impl Correlator {
             },
             Body::ProcessExit { .. } => {
                 self.comms.remove(&rec.pid);
-                self.cgroups.exit(rec.pid);
+                self.cgroups.exit(rec.pid, rec.ts_ns);
             }
             Body::ProcessCgroup { id } => self.cgroups.seen(rec.pid, *id),
             // QP async events are delivered from work queues: the QP's creator owns them.
