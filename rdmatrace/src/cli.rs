@@ -72,6 +72,9 @@ pub enum Command {
     /// instants, rate counters; Perfetto protobuf (default) or Chrome JSON. Several files (one per
     /// host) line up on UTC.
     Timeline(TimelineArgs),
+    /// An always-on agent for Prometheus: metrics per process and container on
+    /// http://127.0.0.1:9477/metrics (loopback unless --listen says otherwise).
+    Serve(ServeArgs),
     /// Flamegraph (SVG via inferno, or folded stacks) of retransmit blame, verbs call stacks or
     /// on-CPU samples; `--base OTHER` makes it differential against another recording.
     Flamegraph(FlamegraphArgs),
@@ -356,6 +359,130 @@ impl TraceArgs {
             bind_qp_counters: self.probe.bind_qp_counters,
         })
     }
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address and port of the metrics endpoint. Loopback by default: another address
+    /// exposes process names, pids and containers to whoever can reach it.
+    #[arg(long, default_value = crate::commands::serve::DEFAULT_LISTEN)]
+    pub listen: std::net::SocketAddr,
+    /// Only this process (filtered in the kernel).
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+    #[command(flatten)]
+    pub place: PlaceArgs,
+    /// How long a process's series stay after it exited (`90s`, `5m`, `1h`).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// Most per-process series at once; what would go beyond is not created and is counted in
+    /// rdmatrace_series_dropped_total.
+    #[arg(long, default_value_t = 50_000)]
+    pub max_series: usize,
+    /// Serve the metrics of a recording instead of tracing live (no privileges needed).
+    #[arg(long, short = 'i', conflicts_with = "flight_recorder")]
+    pub input: Option<PathBuf>,
+    /// Flight recorder: record continuously into rotating segments in DIR, and write
+    /// DIR/incident-<UTC>-<kind>.rdmt around each incident (QP to ERR, fatal async event,
+    /// port down, device removed, retransmit burst).
+    #[arg(long, value_name = "DIR")]
+    pub flight_recorder: Option<PathBuf>,
+    /// History an incident file holds before the incident.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "flight_recorder")]
+    pub keep: Duration,
+    /// How long an incident file keeps collecting after the incident.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, requires = "flight_recorder")]
+    pub after: Duration,
+    /// Most disk the flight recorder uses (segments and incident files; the oldest go first).
+    #[arg(long, default_value = "1G", value_parser = parse_size, requires = "flight_recorder")]
+    pub max_disk: u64,
+    /// Retransmits within one second that count as a burst incident.
+    #[arg(long, default_value_t = 100, requires = "flight_recorder")]
+    pub burst: u64,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
+impl ServeArgs {
+    pub fn to_config(&self) -> Result<crate::commands::serve::ServeConfig, String> {
+        if self.max_series == 0 {
+            return Err("--max-series must be at least 1".into());
+        }
+        Ok(crate::commands::serve::ServeConfig {
+            listen: self.listen,
+            filter: Filter {
+                pid: self.pid,
+                ..self.place.filter()
+            },
+            limits: crate::sinks::metrics::Limits {
+                grace_ns: u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX),
+                max_series: self.max_series,
+            },
+            input: self.input.clone(),
+            flight: self
+                .flight_recorder
+                .as_ref()
+                .map(|dir| crate::flight::FlightConfig {
+                    dir: dir.clone(),
+                    keep_ns: u64::try_from(self.keep.as_nanos()).unwrap_or(u64::MAX),
+                    after_ns: u64::try_from(self.after.as_nanos()).unwrap_or(u64::MAX),
+                    max_disk: self.max_disk,
+                    burst: self.burst.max(1),
+                }),
+            ringbuf_bytes: self.probe.ringbuf_size,
+            btf_dir: self.probe.btf_dir.clone(),
+            bind_qp_counters: self.probe.bind_qp_counters,
+        })
+    }
+}
+
+/// `90`, `90s`, `5m`, `2h`, `1d`, `500ms`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (like 90s, 5m, 2h)"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        "d" => n * 86400.0,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
+            ))
+        }
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("{s:?} must be a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `1G`, `512M`, `64K`, `1000000` (bytes; powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (like 512M, 2G)"))?;
+    let mult: u64 = match unit.trim_end_matches(['B', 'b', 'i']) {
+        "" => 1,
+        "K" | "k" => 1 << 10,
+        "M" | "m" => 1 << 20,
+        "G" | "g" => 1 << 30,
+        "T" | "t" => 1 << 40,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M, G or T)")),
+    };
+    n.checked_mul(mult)
+        .filter(|b| *b > 0)
+        .ok_or_else(|| format!("{s:?} must be a positive size"))
 }
 
 #[derive(Args, Debug)]

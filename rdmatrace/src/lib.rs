@@ -15,7 +15,9 @@ pub mod container;
 pub mod correlate;
 pub mod decode;
 pub mod event;
+pub mod exporter;
 pub mod flame;
+pub mod flight;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -23,6 +23,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Top(args) => commands::top::run(&args.to_config().map_err(|e| anyhow!(e))?),
         Command::Timeline(args) => commands::timeline::run(&args.to_config()),
         Command::Flamegraph(args) => commands::flamegraph::run(&args.to_config()),
+        Command::Serve(args) => commands::serve::run(&args.to_config().map_err(|e| anyhow!(e))?),
     }
 }
 

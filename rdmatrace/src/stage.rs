@@ -170,7 +170,7 @@ impl<S: Sink> Stage<S> {
 
     /// Live: once a second.
     pub fn tick(&mut self) {
-        let r = self.sink.tick();
+        let r = self.sink.tick(&self.state);
         self.check(r);
     }
 
@@ -182,7 +182,7 @@ impl<S: Sink> Stage<S> {
     /// Finishes the sink and returns it. The first output error of the run is the error (a
     /// closed pipe included: the caller decides whether that is normal).
     pub fn finish(mut self) -> io::Result<S> {
-        let finished = self.sink.finish();
+        let finished = self.sink.finish(&self.state);
         if let Some(e) = self.write_error.take() {
             return Err(e);
         }

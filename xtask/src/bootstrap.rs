@@ -204,9 +204,12 @@ pub fn bench() -> anyhow::Result<()> {
 }
 
 /// Headless Chromium: the flamegraph test screenshots an SVG to see that frames are drawn.
-const BROWSER_PACKAGES: &[(&str, Option<&str>)] = &[("chromium", None)];
+/// Prometheus: `promtool` checks serve's exposition and the deploy rules, and the lab test
+/// scrapes `serve` with a real Prometheus server (the lab guest sees the host's files).
+const BROWSER_PACKAGES: &[(&str, Option<&str>)] = &[("chromium", None), ("prometheus", None)];
 
-/// What the host test tier needs besides the toolchain (a browser for screenshot tests).
+/// What the host test tier needs besides the toolchain (a browser for screenshot tests,
+/// Prometheus and promtool).
 pub fn browser() -> anyhow::Result<()> {
     apt(BROWSER_PACKAGES)
 }

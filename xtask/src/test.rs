@@ -47,6 +47,8 @@ enum Need {
     NoRdmaStack,
     Libibverbs,
     Chromium,
+    /// Prometheus' `promtool` (and the `prometheus` server, same package).
+    Promtool,
 }
 
 /// An ignored test's tier and needs, by the start of its name (the first match wins).
@@ -56,6 +58,7 @@ const NEEDS: &[(&str, &str, &[Need])] = &[
     ("root_verbs_", "root", &[Need::Root, Need::Libibverbs]),
     ("root_", "root", &[Need::Root]),
     ("chromium_", "chromium", &[Need::Chromium]),
+    ("promtool_", "promtool", &[Need::Promtool]),
     ("verbs_", "verbs", &[Need::Libibverbs]),
 ];
 
@@ -107,6 +110,8 @@ impl Need {
                 .iter()
                 .any(|n| in_path(n)))
             .then(|| "needs chromium in PATH (apt-get install chromium)".into()),
+            Need::Promtool => (!in_path("promtool"))
+                .then(|| "needs promtool in PATH (apt-get install prometheus)".into()),
         }
     }
 }

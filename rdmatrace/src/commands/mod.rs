@@ -6,6 +6,7 @@ pub mod live;
 pub mod places;
 pub mod record;
 pub mod report;
+pub mod serve;
 pub mod timeline;
 pub mod top;
 pub mod trace;

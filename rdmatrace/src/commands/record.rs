@@ -42,27 +42,10 @@ fn read_proc(path: &str) -> String {
         .unwrap_or_default()
 }
 
-fn exists(cfg: &RecordConfig) -> String {
-    format!(
-        "{} exists; use --force to overwrite it",
-        cfg.output.display()
-    )
-}
-
-pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
-    // Before loading anything: an existing file is refused without touching it.
-    if !cfg.force && std::fs::symlink_metadata(&cfg.output).is_ok() {
-        bail!(exists(cfg));
-    }
-    live::runtime()?.block_on(run_async(cfg))
-}
-
-async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
-    let mut opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
-    opts.cpu_hz = cfg.cpu_hz;
-    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.place)?;
-    let anchor = ClockAnchor::now();
-    let header = Header {
+/// The header of a recording made live now: host, kernel, clock anchor, probe report and the
+/// command recorded, if any.
+pub fn header(live: &Live, anchor: &ClockAnchor, command: &[String]) -> anyhow::Result<Header> {
+    Ok(Header {
         tool: format!("rdmatrace {}", env!("CARGO_PKG_VERSION")),
         hostname: read_proc("/proc/sys/kernel/hostname"),
         kernel: read_proc("/proc/sys/kernel/osrelease"),
@@ -85,8 +68,31 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
                 )
             })
             .collect(),
-        command: (!cfg.command.is_empty()).then(|| cfg.command.clone()),
-    };
+        command: (!command.is_empty()).then(|| command.to_vec()),
+    })
+}
+
+fn exists(cfg: &RecordConfig) -> String {
+    format!(
+        "{} exists; use --force to overwrite it",
+        cfg.output.display()
+    )
+}
+
+pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
+    // Before loading anything: an existing file is refused without touching it.
+    if !cfg.force && std::fs::symlink_metadata(&cfg.output).is_ok() {
+        bail!(exists(cfg));
+    }
+    live::runtime()?.block_on(run_async(cfg))
+}
+
+async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
+    let mut opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
+    opts.cpu_hz = cfg.cpu_hz;
+    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.place)?;
+    let anchor = ClockAnchor::now();
+    let header = header(&live, &anchor, &cfg.command)?;
     let writer = match RecordingWriter::create(&cfg.output, &header, cfg.force) {
         // Made between the check at start and now.
         Err(e) if e.kind() == ErrorKind::AlreadyExists => bail!(exists(cfg)),

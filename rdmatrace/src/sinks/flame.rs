@@ -33,7 +33,7 @@ impl Sink for FlameSink {
         Ok(())
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
         if let Some(f) = self.folder.take() {
             self.folded = f.finish();
         }

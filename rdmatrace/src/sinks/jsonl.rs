@@ -271,7 +271,7 @@ impl<W: Write> Sink for JsonlSink<W> {
         self.out.flush()
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
         self.out.flush()
     }
 }

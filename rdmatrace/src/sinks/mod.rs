@@ -19,6 +19,7 @@ use crate::{correlate::Correlator, event::Record};
 
 pub mod flame;
 pub mod jsonl;
+pub mod metrics;
 pub mod recording;
 pub mod report;
 pub mod text;
@@ -50,12 +51,13 @@ pub trait Sink {
     }
     /// One record, after `state` observed it (owners, states, the QP change it made).
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()>;
-    /// Live only: once a second (frames, periodic flushes).
-    fn tick(&mut self) -> io::Result<()> {
+    /// Live only: once a second (frames, periodic flushes, gauges), with the correlator's
+    /// state then.
+    fn tick(&mut self, _state: &Correlator) -> io::Result<()> {
         Ok(())
     }
-    /// Called once at the end; writes what is left and flushes.
-    fn finish(&mut self) -> io::Result<()>;
+    /// Called once at the end, with the final state; writes what is left and flushes.
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()>;
     /// Whether the sink wants no more (e.g. `top -n` drew its frames).
     fn done(&self) -> bool {
         false
@@ -82,11 +84,11 @@ impl Sink for Box<dyn Sink> {
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
         (**self).record(rec, state)
     }
-    fn tick(&mut self) -> io::Result<()> {
-        (**self).tick()
+    fn tick(&mut self, state: &Correlator) -> io::Result<()> {
+        (**self).tick(state)
     }
-    fn finish(&mut self) -> io::Result<()> {
-        (**self).finish()
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
+        (**self).finish(_state)
     }
     fn done(&self) -> bool {
         (**self).done()
@@ -101,7 +103,78 @@ impl<F: FnMut(&Record)> Sink for Each<F> {
         (self.0)(rec);
         Ok(())
     }
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// Two sinks fed the same records (`serve`: metrics and the flight recorder).
+impl<A: Sink, B: Sink> Sink for (A, B) {
+    fn start(&mut self) -> io::Result<()> {
+        self.0.start()?;
+        self.1.start()
+    }
+    fn accepts(&mut self, bytes: &[u8]) -> bool {
+        // Both take what either takes (each of these two takes everything).
+        self.0.accepts(bytes) | self.1.accepts(bytes)
+    }
+    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.0.raw(bytes)?;
+        self.1.raw(bytes)
+    }
+    fn symbol(&mut self, pid: u32, addr: u64, name: &str) -> io::Result<()> {
+        self.0.symbol(pid, addr, name)?;
+        self.1.symbol(pid, addr, name)
+    }
+    fn cgroup(&mut self, id: u64, path: &str) -> io::Result<()> {
+        self.0.cgroup(id, path)?;
+        self.1.cgroup(id, path)
+    }
+    fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
+        self.0.record(rec, state)?;
+        self.1.record(rec, state)
+    }
+    fn tick(&mut self, state: &Correlator) -> io::Result<()> {
+        self.0.tick(state)?;
+        self.1.tick(state)
+    }
+    fn finish(&mut self, state: &Correlator) -> io::Result<()> {
+        let a = self.0.finish(state);
+        let b = self.1.finish(state);
+        a.and(b)
+    }
+    fn done(&self) -> bool {
+        self.0.done() || self.1.done()
+    }
+}
+
+/// A sink that may be off.
+impl<S: Sink> Sink for Option<S> {
+    fn start(&mut self) -> io::Result<()> {
+        self.as_mut().map_or(Ok(()), Sink::start)
+    }
+    fn accepts(&mut self, bytes: &[u8]) -> bool {
+        self.as_mut().is_none_or(|s| s.accepts(bytes))
+    }
+    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.as_mut().map_or(Ok(()), |s| s.raw(bytes))
+    }
+    fn symbol(&mut self, pid: u32, addr: u64, name: &str) -> io::Result<()> {
+        self.as_mut().map_or(Ok(()), |s| s.symbol(pid, addr, name))
+    }
+    fn cgroup(&mut self, id: u64, path: &str) -> io::Result<()> {
+        self.as_mut().map_or(Ok(()), |s| s.cgroup(id, path))
+    }
+    fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
+        self.as_mut().map_or(Ok(()), |s| s.record(rec, state))
+    }
+    fn tick(&mut self, state: &Correlator) -> io::Result<()> {
+        self.as_mut().map_or(Ok(()), |s| s.tick(state))
+    }
+    fn finish(&mut self, state: &Correlator) -> io::Result<()> {
+        self.as_mut().map_or(Ok(()), |s| s.finish(state))
+    }
+    fn done(&self) -> bool {
+        self.as_ref().is_some_and(Sink::done)
     }
 }

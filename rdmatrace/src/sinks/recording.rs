@@ -77,11 +77,11 @@ impl Sink for RecordingSink {
     }
 
     /// At most a second of events is only in memory: a kill -9 loses no more.
-    fn tick(&mut self) -> io::Result<()> {
+    fn tick(&mut self, _state: &Correlator) -> io::Result<()> {
         self.writer.flush_chunk()
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
         self.writer.flush_chunk()
     }
 }

@@ -405,7 +405,7 @@ impl<W: Write> Sink for ReportSink<W> {
         Ok(())
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
         let report = std::mem::take(&mut self.analyzer).finish();
         if self.json {
             writeln!(self.out, "{}", to_json(&report, &self.src))?;
@@ -447,7 +447,7 @@ impl<W: Write> Sink for VerdictSink<W> {
         Ok(())
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
         let measured = self.analyzer.traffic_measured();
         let mut report = std::mem::take(&mut self.analyzer).finish();
         report

@@ -40,7 +40,7 @@ impl Sink for TimelineSink<'_> {
         Ok(())
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
         let report = std::mem::take(&mut self.analyzer).finish();
         self.builder.anomalies(self.host, &report.anomalies);
         Ok(())

@@ -233,14 +233,14 @@ impl<W: Write> Sink for TopSink<W> {
         Ok(())
     }
 
-    fn tick(&mut self) -> io::Result<()> {
+    fn tick(&mut self, _state: &Correlator) -> io::Result<()> {
         if self.last_frame.elapsed() + Duration::from_millis(50) >= self.interval {
             self.frame()?;
         }
         Ok(())
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
         self.out.flush()
     }
 
@@ -273,7 +273,7 @@ mod tests {
             self.analyzer.push(r, state);
             Ok(())
         }
-        fn finish(&mut self) -> io::Result<()> {
+        fn finish(&mut self, _state: &Correlator) -> io::Result<()> {
             Ok(())
         }
     }

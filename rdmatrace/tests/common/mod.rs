@@ -37,6 +37,8 @@ pub fn workload(name: &str) -> PathBuf {
 }
 
 pub struct Running {
+    /// The stderr line that said it was ready.
+    pub ready_line: String,
     child: Child,
     stdout: thread::JoinHandle<String>,
     stderr: thread::JoinHandle<String>,
@@ -66,15 +68,15 @@ pub fn start(args: &[&str], timeout: Duration) -> Running {
             all.push_str(&line);
             all.push('\n');
             if !sent && line.contains(READY) {
-                let _ = tx.send(());
+                let _ = tx.send(line.clone());
                 sent = true;
             }
         }
         all
     });
     let started = Instant::now();
-    match rx.recv_timeout(timeout) {
-        Ok(()) => {}
+    let ready_line = match rx.recv_timeout(timeout) {
+        Ok(line) => line,
         Err(_) => {
             let _ = child.kill();
             let _ = child.wait();
@@ -84,8 +86,9 @@ pub fn start(args: &[&str], timeout: Duration) -> Running {
                 started.elapsed()
             );
         }
-    }
+    };
     Running {
+        ready_line,
         child,
         stdout,
         stderr,
@@ -205,4 +208,43 @@ pub fn select<'a>(events: &'a [Value], ty: &str, want: &[(&str, Value)]) -> Vec<
         .filter(|e| e["type"] == ty)
         .filter(|e| want.iter().all(|(k, v)| &e["data"][*k] == v))
         .collect()
+}
+
+/// A plain HTTP/1.1 request to `addr` (`host:port`): (status, headers, body).
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
+    use std::io::Write as _;
+    let mut s =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req += &format!("{k}: {v}\r\n");
+    }
+    req += "\r\n";
+    s.write_all(req.as_bytes()).expect("send");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read the response");
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// The `host:port` in a `serve` ready line.
+pub fn served_addr(ready_line: &str) -> String {
+    ready_line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {ready_line:?}"))
+        .to_string()
 }

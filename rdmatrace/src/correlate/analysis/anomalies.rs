@@ -68,6 +68,8 @@ fn legal(from: QpState, to: QpState) -> bool {
 #[derive(Clone, Default)]
 pub(super) struct Anomalies {
     pub list: Vec<Anomaly>,
+    /// Anomalies dropped from the front of `list` by [`Anomalies::trim`].
+    pub dropped: usize,
     /// (QP, wc status) pairs already reported as an anomaly; repeats are only counted.
     wc_reported: FxHashSet<(QpKey, CompactString)>,
     /// First error completion status per QP (flushes only if nothing else), to say why a QP
@@ -78,6 +80,21 @@ pub(super) struct Anomalies {
 }
 
 impl Anomalies {
+    /// Keeps the last `keep` anomalies (a long-running agent counts the rest).
+    pub fn trim(&mut self, keep: usize) {
+        if self.list.len() > keep {
+            let cut = self.list.len() - keep;
+            self.list.drain(..cut);
+            self.dropped += cut;
+        }
+    }
+
+    /// Forgets per-QP memory of QPs no longer live (a long-running agent).
+    pub fn forget_qps(&mut self, live: impl Fn(&QpKey) -> bool) {
+        self.wc_reported.retain(|(k, _)| live(k));
+        self.first_wc.retain(|k, _| live(k));
+    }
+
     /// An anomaly about `rec`'s subject.
     pub fn add(&mut self, rec: &Record, kind: &'static str, detail: String) {
         self.list.push(Anomaly {

@@ -54,6 +54,11 @@ pub(super) struct Blame {
 }
 
 impl Blame {
+    /// Forgets the rows of processes that are gone.
+    pub fn forget(&mut self, gone: &impl Fn(u32) -> bool) {
+        self.rows.retain(|(pid, ..), _| !gone(*pid));
+    }
+
     fn add(
         &mut self,
         pid: u32,

@@ -79,6 +79,34 @@ impl Analyzer {
         p
     }
 
+    /// A long-running agent's memory bound: forgets the processes `gone` says are gone (their
+    /// accounts and blame rows), QPs destroyed before `before_ns`, and all but the last
+    /// `keep_anomalies` anomalies (see [`Analyzer::anomalies_since`]).
+    pub fn prune(&mut self, gone: impl Fn(u32) -> bool, before_ns: u64, keep_anomalies: usize) {
+        self.procs.retain(|pid, _| !gone(*pid));
+        self.blame.forget(&gone);
+        self.book.forget_destroyed(before_ns);
+        let kept: rustc_hash::FxHashSet<&QpKey> = self.book.qps.iter().map(|q| &q.key).collect();
+        self.anomalies.forget_qps(|k| kept.contains(k));
+        self.anomalies.trim(keep_anomalies);
+    }
+
+    /// Anomalies found so far, counting those pruned.
+    pub fn anomalies_total(&self) -> usize {
+        self.anomalies.dropped + self.anomalies.list.len()
+    }
+
+    /// The anomalies after the first `n` ever found (those still kept).
+    pub fn anomalies_since(&self, n: usize) -> &[Anomaly] {
+        let skip = n.saturating_sub(self.anomalies.dropped);
+        &self.anomalies.list[skip.min(self.anomalies.list.len())..]
+    }
+
+    /// Processes with an account.
+    pub fn processes(&self) -> usize {
+        self.procs.len()
+    }
+
     /// Whether a per-QP traffic source reported (zero RDMA bytes then means none moved).
     pub fn traffic_measured(&self) -> bool {
         self.traffic_measured

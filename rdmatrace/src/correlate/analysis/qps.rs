@@ -132,6 +132,30 @@ impl QpBook {
         self.life_mut(state.life(key)?)
     }
 
+    /// Forgets the accounts of QPs destroyed before `before_ns`.
+    pub fn forget_destroyed(&mut self, before_ns: u64) {
+        if !self
+            .qps
+            .iter()
+            .any(|q| q.destroyed_ns.is_some_and(|d| d < before_ns))
+        {
+            return;
+        }
+        let mut index = vec![usize::MAX; self.qps.len()];
+        let mut kept = Vec::with_capacity(self.qps.len());
+        for (i, q) in std::mem::take(&mut self.qps).into_iter().enumerate() {
+            if q.destroyed_ns.is_none_or(|d| d >= before_ns) {
+                index[i] = kept.len();
+                kept.push(q);
+            }
+        }
+        self.qps = kept;
+        self.by_life.retain(|_, i| {
+            *i = index[*i];
+            *i != usize::MAX
+        });
+    }
+
     /// Closes the open intervals at `end`; returns the QPs still in INIT or RTR longer than
     /// [`STUCK_NS`], with how long.
     pub fn close_all(&mut self, end: u64) -> Vec<(usize, QpState, u64)> {
