@@ -62,6 +62,8 @@ pub struct FlightRecorder {
     /// Incident files written, oldest first, with their sizes.
     written: VecDeque<(PathBuf, u64)>,
     pending: Option<Pending>,
+    /// When each kind last fired.
+    last: std::collections::HashMap<&'static str, u64>,
     now_ns: u64,
     now_wall_ns: u64,
     /// Retransmits in the current one-second window, and its start.
@@ -96,6 +98,7 @@ impl FlightRecorder {
             seq: 0,
             written: VecDeque::new(),
             pending: None,
+            last: std::collections::HashMap::new(),
             now_ns: 0,
             now_wall_ns: 0,
             burst: (0, 0),
@@ -168,10 +171,19 @@ impl FlightRecorder {
         }
     }
 
+    /// An incident of `kind` now, unless one is being collected, or one of the same kind
+    /// fired less than `keep` ago (its file holds this one's history already: a dying QP's
+    /// error completion, then its ERR state in the next table sample, are one incident).
     fn trigger(&mut self, kind: &'static str) {
         if self.pending.is_some() {
             return;
         }
+        if let Some(&at) = self.last.get(kind) {
+            if self.now_ns.saturating_sub(at) < self.cfg.keep_ns {
+                return;
+            }
+        }
+        self.last.insert(kind, self.now_ns);
         self.pending = Some(Pending {
             kind,
             at_wall_ns: self.now_wall_ns,

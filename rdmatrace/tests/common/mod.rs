@@ -8,6 +8,7 @@
 //! it as SKIPPED with the reason.
 #![allow(dead_code)]
 
+pub mod cgroup;
 pub mod lab;
 
 use std::{
@@ -217,26 +218,35 @@ pub fn http(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String, String) {
+    try_http(addr, method, path, headers)
+        .unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"))
+}
+
+/// [`http`], with connection errors returned (a server still starting).
+pub fn try_http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, String, String)> {
     use std::io::Write as _;
-    let mut s =
-        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req += &format!("{k}: {v}\r\n");
     }
     req += "\r\n";
-    s.write_all(req.as_bytes()).expect("send");
+    s.write_all(req.as_bytes())?;
     let mut resp = String::new();
-    s.read_to_string(&mut resp).expect("read the response");
+    s.read_to_string(&mut resp)?;
     let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
     let status = head
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    (status, head.to_string(), body.to_string())
+    Ok((status, head.to_string(), body.to_string()))
 }
 
 /// The `host:port` in a `serve` ready line.
