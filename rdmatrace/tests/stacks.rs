@@ -71,6 +71,12 @@ fn stacks_child() {
         Ok("cpu") => {
             rdmatrace_test_burns_cpu(2000);
         }
+        // A job that keeps calling: once right away, once 2 s later.
+        Ok("verbs-twice") => {
+            rdmatrace_test_calls_verbs();
+            std::thread::sleep(Duration::from_secs(2));
+            rdmatrace_test_calls_verbs();
+        }
         _ => {}
     }
 }
@@ -88,14 +94,27 @@ fn libibverbs_installed() -> bool {
 
 /// Records this binary running `stacks_child` in `mode`; returns the folded stacks of `kind`.
 fn record_child(mode: &str, extra: &[&str], kind: &str) -> (String, String) {
+    record_wrapped(mode, extra, kind, &[], &[])
+}
+
+/// [`record_child`], the child started through `wrapper` (e.g. `unshare -m sh -c ...`) with
+/// `env` added.
+fn record_wrapped(
+    mode: &str,
+    extra: &[&str],
+    kind: &str,
+    wrapper: &[&str],
+    env: &[(&str, &str)],
+) -> (String, String) {
     let dir = test_dir(&format!("stacks-{mode}"));
     let file = dir.path().join(format!("{mode}.rdmt"));
     let f = file.to_str().expect("utf8");
     let me = std::env::current_exe().expect("test binary");
     let mut args = vec!["record", "-o", f];
     args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(wrapper);
     args.extend_from_slice(&[
-        "--",
         me.to_str().expect("utf8"),
         "--exact",
         "stacks_child",
@@ -104,6 +123,7 @@ fn record_child(mode: &str, extra: &[&str], kind: &str) -> (String, String) {
     let out = Command::new(bin())
         .args(&args)
         .env(CHILD, mode)
+        .envs(env.iter().copied())
         .output()
         .expect("run rdmatrace record");
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
@@ -152,4 +172,96 @@ fn root_host_cpu_profile_names_the_busy_function() {
         !folded.lines().any(|l| l.starts_with("rdmatrace [")),
         "the recorder sampled itself:\n{folded}"
     );
+}
+
+/// The real file behind the installed libibverbs.so.1, and a copy of it (another inode, as a
+/// container image would have) in `dir`.
+fn libibverbs_copy(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    let real = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|d| PathBuf::from(d).join("libibverbs.so.1"))
+    .find(|p| p.exists())
+    .and_then(|p| std::fs::canonicalize(p).ok())
+    .expect("libibverbs.so.1");
+    std::fs::create_dir_all(dir).expect("dir");
+    let copy = dir.join("libibverbs.so.1");
+    std::fs::copy(&real, &copy).expect("copy libibverbs");
+    (real, copy)
+}
+
+/// The calls of `rdmatrace_test_calls_verbs` in folded verbs stacks.
+fn verbs_calls(folded: &str) -> u64 {
+    folded
+        .lines()
+        .filter(|l| l.contains(";rdmatrace_test_calls_verbs;ibv_get_device_list "))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+#[ignore = "needs root and libibverbs.so.1: probes a container's own copy of the library; `cargo xtask test` runs it when both hold"]
+fn root_verbs_a_containers_own_libibverbs_is_probed_at_exec() {
+    assert!(libibverbs_installed(), "needs libibverbs.so.1");
+    let dir = test_dir("copy-ns");
+    let (real, copy) = libibverbs_copy(dir.path());
+    // A mount namespace whose libibverbs is the copy at the standard path: the image's own.
+    let script = format!(
+        "mount --bind {} {} && exec \"$@\"",
+        copy.display(),
+        real.display()
+    );
+    let (folded, stderr) = record_wrapped(
+        "verbs-twice",
+        &[],
+        "verbs",
+        &[
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+        ],
+        &[],
+    );
+    assert!(
+        stderr.contains("verbs probes (") && stderr.contains("also on /proc/"),
+        "{stderr}"
+    );
+    // Found at exec: at least the later call, with its stack.
+    let n = verbs_calls(&folded);
+    assert!((1..=2).contains(&n), "{n} calls\n{folded}\n{stderr}");
+}
+
+#[test]
+#[ignore = "needs root and libibverbs.so.1: probes a copy of the library at another path; `cargo xtask test` runs it when both hold"]
+fn root_verbs_a_copy_of_libibverbs_at_another_path_is_probed_once_mapped() {
+    assert!(libibverbs_installed(), "needs libibverbs.so.1");
+    let dir = test_dir("copy-path");
+    let (_, copy) = libibverbs_copy(&dir.path().join("lib"));
+    let lib_dir = copy
+        .parent()
+        .expect("dir")
+        .to_str()
+        .expect("utf8")
+        .to_string();
+    let (folded, stderr) = record_wrapped(
+        "verbs-twice",
+        &[],
+        "verbs",
+        &[],
+        &[("LD_LIBRARY_PATH", &lib_dir)],
+    );
+    assert!(stderr.contains(&format!("also on /proc/")), "{stderr}");
+    assert!(stderr.contains(&lib_dir), "{stderr}");
+    // Found in its maps after its first call: the second call is seen, with its stack.
+    let n = verbs_calls(&folded);
+    assert!((1..=2).contains(&n), "{n} calls\n{folded}\n{stderr}");
 }

@@ -17,7 +17,7 @@ use crate::{
     commands::places::PlaceWatch,
     container::{cgroup2_root, CgroupPaths},
     correlate::filter::Filter,
-    loader::{self, LoadOptions, Tracer},
+    loader::{self, copies::LibCopies, LoadOptions, Tracer},
     sample::Sampler,
     sinks::Sink,
     source::RingSource,
@@ -31,6 +31,8 @@ pub struct Live {
     sampler: Sampler,
     /// The kernel side of a container / pod / cgroup filter.
     places: Option<PlaceWatch>,
+    /// Verbs probes on containers' own library copies (when the verbs probes are on).
+    copies: Option<LibCopies>,
 }
 
 impl Live {
@@ -53,11 +55,21 @@ impl Live {
         };
         let source = RingSource::new(&mut tracer)?;
         let sampler = sampler(&mut tracer, bind_qp_counters);
+        let verbs_on =
+            tracer.report.probes.iter().any(|p| {
+                p.area == "verbs" && matches!(p.state, crate::loader::ProbeState::Attached)
+            });
+        let copies = verbs_on.then(|| {
+            let mut c = LibCopies::new();
+            c.scan_all(&mut tracer);
+            c
+        });
         Ok(Live {
             tracer,
             source,
             sampler,
             places,
+            copies,
         })
     }
 
@@ -83,13 +95,17 @@ impl Live {
     ) -> anyhow::Result<End> {
         stage.start().context("cannot write output")?;
         eprintln!("{ready}");
+        let mut extras = Extras {
+            places: self.places.as_mut(),
+            copies: self.copies.as_mut().map(|c| (c, &mut self.tracer)),
+        };
         run(
             &mut self.source,
             stage,
             duration,
             command,
             Some(&mut self.sampler),
-            self.places.as_mut(),
+            &mut extras,
         )
         .await
     }
@@ -101,6 +117,30 @@ impl Live {
     /// The loss advice at exit: the total, where it happened, and the remedy.
     pub fn loss_advice(&self) {
         loss_advice(self.source.lost_total(), &self.source.lost_per_cpu());
+    }
+}
+
+/// What the live loop keeps up besides the stage: the cgroup filter's map and the verbs probes
+/// on containers' library copies.
+struct Extras<'a> {
+    places: Option<&'a mut PlaceWatch>,
+    copies: Option<(&'a mut LibCopies, &'a mut Tracer)>,
+}
+
+impl Extras<'_> {
+    fn saw(&mut self, bytes: &[u8]) {
+        if let Some((c, t)) = self.copies.as_mut() {
+            c.saw(bytes, t);
+        }
+    }
+
+    fn tick(&mut self) {
+        if let Some(p) = self.places.as_mut() {
+            p.refresh();
+        }
+        if let Some((c, t)) = self.copies.as_mut() {
+            c.tick(t);
+        }
     }
 }
 
@@ -126,7 +166,7 @@ async fn run<S: Sink>(
     duration: Option<Duration>,
     mut command: Option<&mut tokio::process::Child>,
     mut sampler: Option<&mut Sampler>,
-    mut places: Option<&mut PlaceWatch>,
+    extras: &mut Extras<'_>,
 ) -> anyhow::Result<End> {
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
@@ -162,13 +202,14 @@ async fn run<S: Sink>(
                         eprintln!("rdmatrace: {w}");
                     }
                 }
-                if let Some(p) = places.as_mut() {
-                    p.refresh();
-                }
+                extras.tick();
                 consumer.tick();
             }
             Wake::Data => {
-                source.drain_now(&mut |b| consumer.raw(b));
+                source.drain_now(&mut |b| {
+                    extras.saw(b);
+                    consumer.raw(b)
+                });
             }
         }
         if consumer.broken() {

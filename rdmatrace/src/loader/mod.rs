@@ -2,6 +2,7 @@
 //! probe that this kernel allows, and report the ones that stay off with the reason.
 
 use crate::btf;
+pub mod copies;
 pub mod uprobe;
 
 use std::path::PathBuf;
@@ -267,25 +268,7 @@ fn attach_one(
         }
         Hook::Uprobe { lib, cookie } => {
             let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
-            let offset = uprobe::symbol_offset(&path, spec.target).map_err(|e| e.to_string())?;
-            let p: &mut UProbe = prog.try_into().map_err(program_error)?;
-            match p.load() {
-                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
-                Err(e) => return Err(program_error(e)),
-            }
-            let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(offset),
-                cookie: Some(cookie),
-            };
-            p.attach(point, &path, UProbeScope::AllProcesses)
-                .map_err(|e| {
-                    format!(
-                        "cannot attach to {}:{}: {}",
-                        path.display(),
-                        spec.target,
-                        program_error(e)
-                    )
-                })?;
+            attach_uprobe(prog, spec.target, &path, cookie)?;
         }
         Hook::PerfCpuClock => {
             let hz = opts.cpu_hz.ok_or("no sampling frequency given")?;
@@ -404,6 +387,35 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     Ok(Tracer { ebpf, report })
 }
 
+/// Attaches the uprobe program `prog` at `symbol` of the shared object at `path` (every
+/// process that maps that file), told which function by `cookie`.
+fn attach_uprobe(
+    prog: &mut aya::programs::Program,
+    symbol: &str,
+    path: &std::path::Path,
+    cookie: u64,
+) -> Result<(), String> {
+    let offset = uprobe::symbol_offset(path, symbol).map_err(|e| e.to_string())?;
+    let p: &mut UProbe = prog.try_into().map_err(program_error)?;
+    match p.load() {
+        Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
+        Err(e) => return Err(program_error(e)),
+    }
+    let point = UProbeAttachPoint {
+        location: UProbeAttachLocation::AbsoluteOffset(offset),
+        cookie: Some(cookie),
+    };
+    p.attach(point, path, UProbeScope::AllProcesses)
+        .map_err(|e| {
+            format!(
+                "cannot attach to {}:{symbol}: {}",
+                path.display(),
+                program_error(e)
+            )
+        })?;
+    Ok(())
+}
+
 fn insert_traced(ebpf: &mut Ebpf, pid: u32) -> Result<(), LoadError> {
     let map = ebpf
         .map_mut("TRACED")
@@ -414,6 +426,44 @@ fn insert_traced(ebpf: &mut Ebpf, pid: u32) -> Result<(), LoadError> {
 }
 
 impl Tracer {
+    /// Attaches every uprobe of the areas loaded for library `lib` (`libibverbs.so.1`...)
+    /// to another copy of it at `path` (a container's own); how many attached, or why none.
+    pub fn attach_library_copy(
+        &mut self,
+        lib: &str,
+        path: &std::path::Path,
+    ) -> Result<usize, String> {
+        let specs: Vec<ProbeSpec> = self
+            .report
+            .probes
+            .iter()
+            .filter(|p| matches!(p.state, ProbeState::Attached))
+            .filter(|p| matches!(p.spec.hook, Hook::Uprobe { lib: l, .. } if l == lib))
+            .map(|p| p.spec)
+            .collect();
+        let mut n = 0;
+        let mut first_err = None;
+        for spec in specs {
+            let Hook::Uprobe { cookie, .. } = spec.hook else {
+                continue;
+            };
+            let Some(prog) = self.ebpf.program_mut(spec.program) else {
+                continue;
+            };
+            match attach_uprobe(prog, spec.target, path, cookie) {
+                Ok(()) => n += 1,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match (n, first_err) {
+            (0, Some(e)) => Err(e),
+            (0, None) => Err(format!("no {lib} probe is attached on the host's copy")),
+            (n, _) => Ok(n),
+        }
+    }
+
     /// Adds a process to the kernel-side filter set.
     pub fn trace_pid(&mut self, pid: u32) -> Result<(), LoadError> {
         insert_traced(&mut self.ebpf, pid)

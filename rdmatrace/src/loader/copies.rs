@@ -1,0 +1,183 @@
+//! Verbs probes on the libraries containers bring: a uprobe is attached to one file (inode), so
+//! a process whose libibverbs/librdmacm is another copy (its image's own, or a copy at another
+//! path) would go unseen. At each exec (and for every process at start) this looks for the
+//! process's copies — in its root's library directories (through `/proc/PID/root`, so a
+//! container's mount namespace is seen as the process sees it) and, a little later, among the
+//! files it mapped (`/proc/PID/maps`) — and attaches the same probes once per distinct file.
+//! Calls a process made before its copy was found are not seen (for a copy found only in its
+//! maps: typically the first `ibv_get_device_list`/`ibv_open_device`).
+
+use std::{
+    collections::HashSet,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use super::{uprobe, Tracer};
+
+/// The libraries whose copies are probed (the verbs area's).
+const LIBS: [&str; 2] = ["libibverbs.so.1", "librdmacm.so.1"];
+
+/// Library directories as a process sees them below its root.
+const DIRS: [&str; 6] = [
+    "usr/lib/x86_64-linux-gnu",
+    "lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "usr/lib",
+    "lib64",
+];
+
+/// How long after its exec a process's maps are looked at again.
+const WATCH: Duration = Duration::from_secs(5);
+
+pub struct LibCopies {
+    /// (device, inode) of every file probed (the host's copies included).
+    probed: HashSet<(u64, u64)>,
+    /// Processes to look at again, until when.
+    pending: Vec<(u32, Instant)>,
+    /// Copies attached so far (path as seen from here, pid that had it).
+    pub attached: Vec<(PathBuf, u32)>,
+}
+
+/// The mount namespace of `/proc/<who>` (`mnt:[4026531841]`).
+fn mount_ns(who: &str) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{who}/ns/mnt")).ok()
+}
+
+fn id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Which of [`LIBS`] a file name is a version of (`libibverbs.so.1.14.50.0` -> libibverbs.so.1).
+fn lib_of(name: &str) -> Option<&'static str> {
+    LIBS.iter()
+        .find(|l| name == **l || name.starts_with(&format!("{l}.")))
+        .copied()
+}
+
+impl LibCopies {
+    /// Knows the host's copies (already probed by the loader).
+    pub fn new() -> LibCopies {
+        let dirs = uprobe::library_dirs();
+        let probed = LIBS
+            .iter()
+            .filter_map(|l| uprobe::find_library(l, &dirs).ok())
+            .filter_map(|p| id(&p))
+            .collect();
+        LibCopies {
+            probed,
+            pending: Vec::new(),
+            attached: Vec::new(),
+        }
+    }
+
+    /// Every running process, once at start.
+    pub fn scan_all(&mut self, tracer: &mut Tracer) {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        let pids: Vec<u32> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        for pid in pids {
+            self.look(pid, tracer, true);
+        }
+    }
+
+    /// A raw ring-buffer record: a process exec'd, look at it now and again shortly.
+    pub fn saw(&mut self, bytes: &[u8], tracer: &mut Tracer) {
+        use rdmatrace_common::event::EventKind;
+        if bytes.len() < 20 {
+            return;
+        }
+        let word = |at: usize| {
+            u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
+        if word(0) != EventKind::ProcessExec as u32 {
+            return;
+        }
+        let pid = word(16);
+        self.look(pid, tracer, false);
+        self.pending.push((pid, Instant::now() + WATCH));
+    }
+
+    /// Once a second: the processes exec'd lately, their maps again.
+    pub fn tick(&mut self, tracer: &mut Tracer) {
+        let now = Instant::now();
+        self.pending.retain(|(_, until)| *until > now);
+        let pids: Vec<u32> = self.pending.iter().map(|(p, _)| *p).collect();
+        for pid in pids {
+            self.look(pid, tracer, true);
+        }
+    }
+
+    fn look(&mut self, pid: u32, tracer: &mut Tracer, maps: bool) {
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let mut found: Vec<(PathBuf, &'static str)> = Vec::new();
+        // Another mount namespace or root (a container): its standard library directories,
+        // as it sees them.
+        let contained =
+            mount_ns(&pid.to_string()) != mount_ns("self") || id(&root) != id(Path::new("/"));
+        if contained {
+            for dir in DIRS {
+                for lib in LIBS {
+                    found.push((root.join(dir).join(lib), lib));
+                }
+            }
+        }
+        if maps {
+            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+                for path in text.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+                    let name = path.rsplit('/').next().unwrap_or_default();
+                    if let Some(lib) = lib_of(name) {
+                        found.push((root.join(path.trim_start_matches('/')), lib));
+                    }
+                }
+            }
+        }
+        for (path, lib) in found {
+            let Some(file) = id(&path) else {
+                continue;
+            };
+            if !self.probed.insert(file) {
+                continue;
+            }
+            match tracer.attach_library_copy(lib, &path) {
+                Ok(n) => {
+                    eprintln!(
+                        "rdmatrace: verbs probes ({n}) also on {} (pid {pid}'s own {lib})",
+                        path.display()
+                    );
+                    self.attached.push((path, pid));
+                }
+                Err(e) => eprintln!(
+                    "rdmatrace: pid {pid}'s {lib} at {} is not probed: {e}",
+                    path.display()
+                ),
+            }
+        }
+    }
+}
+
+impl Default for LibCopies {
+    fn default() -> Self {
+        LibCopies::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lib_of;
+
+    #[test]
+    fn versions_of_the_probed_libraries_are_recognized() {
+        assert_eq!(lib_of("libibverbs.so.1"), Some("libibverbs.so.1"));
+        assert_eq!(lib_of("libibverbs.so.1.14.50.0"), Some("libibverbs.so.1"));
+        assert_eq!(lib_of("librdmacm.so.1.3.50.0"), Some("librdmacm.so.1"));
+        assert_eq!(lib_of("libibverbs.so.10"), None);
+        assert_eq!(lib_of("libmlx5.so.1"), None);
+    }
+}
