@@ -259,7 +259,7 @@ fn root_verbs_a_copy_of_libibverbs_at_another_path_is_probed_once_mapped() {
         &[],
         &[("LD_LIBRARY_PATH", &lib_dir)],
     );
-    assert!(stderr.contains(&format!("also on /proc/")), "{stderr}");
+    assert!(stderr.contains("also on /proc/"), "{stderr}");
     assert!(stderr.contains(&lib_dir), "{stderr}");
     // Found in its maps after its first call: the second call is seen, with its stack.
     let n = verbs_calls(&folded);
