@@ -287,3 +287,55 @@ mod flight {
         assert!(dir_bytes(&cfg.dir) <= cfg.max_disk);
     }
 }
+
+#[test]
+#[ignore = "needs root: serves live, with eBPF"]
+fn root_a_scrape_of_a_half_started_agent_gets_a_clear_503() {
+    use std::io::{BufRead as _, BufReader};
+    // A fixed port picked free now: the scrapes must reach the agent before it says where.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = std::process::Command::new(bin())
+        .args(["serve", "--listen", &addr])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok((status, _, body)) = try_http(&addr, "GET", "/metrics", &[]) {
+            seen.push((status, body.clone()));
+            if status == 200 {
+                break;
+            }
+            assert_eq!(status, 503, "{body}");
+            assert!(body.contains("starting"), "{body}");
+        }
+        assert!(std::time::Instant::now() < deadline, "never ready: {seen:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(
+        seen.iter().any(|(s, _)| *s == 503),
+        "no scrape landed while the probes loaded (they loaded before the first connect?)"
+    );
+    let body = &seen.last().expect("a 200").1;
+    assert!(body.contains("\nrdmatrace_up 1\n"), "{body}");
+    // SIGTERM ends it cleanly, and it said where it served.
+    // SAFETY: kill(2) on our own child with a valid signal.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().expect("wait");
+    let mut err = String::new();
+    for line in BufReader::new(child.stderr.take().expect("stderr")).lines() {
+        err += &line.unwrap_or_default();
+        err.push('\n');
+    }
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains(&format!("Serving metrics on http://{addr}/metrics")),
+        "{err}"
+    );
+}
