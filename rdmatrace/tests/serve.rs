@@ -315,7 +315,10 @@ fn root_a_scrape_of_a_half_started_agent_gets_a_clear_503() {
             assert_eq!(status, 503, "{body}");
             assert!(body.contains("starting"), "{body}");
         }
-        assert!(std::time::Instant::now() < deadline, "never ready: {seen:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never ready: {seen:?}"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
     assert!(

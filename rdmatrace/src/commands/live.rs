@@ -94,7 +94,6 @@ impl Live {
         command: Option<&mut tokio::process::Child>,
     ) -> anyhow::Result<End> {
         stage.start().context("cannot write output")?;
-        eprintln!("{ready}");
         let mut extras = Extras {
             places: self.places.as_mut(),
             copies: self.copies.as_mut().map(|c| (c, &mut self.tracer)),
@@ -102,6 +101,7 @@ impl Live {
         run(
             &mut self.source,
             stage,
+            ready,
             duration,
             command,
             Some(&mut self.sampler),
@@ -163,6 +163,7 @@ enum Wake {
 async fn run<S: Sink>(
     source: &mut RingSource,
     consumer: &mut Stage<S>,
+    ready: &str,
     duration: Option<Duration>,
     mut command: Option<&mut tokio::process::Child>,
     mut sampler: Option<&mut Sampler>,
@@ -172,6 +173,8 @@ async fn run<S: Sink>(
     let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     // A closed terminal ends the run cleanly too (its default action would skip every undo).
     let mut sighup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
+    // Only now: a signal sent by whoever waited for this line is handled, not fatal.
+    eprintln!("{ready}");
     let deadline = duration.map(|d| Instant::now() + d);
     let mut tick = interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -74,8 +74,7 @@ async fn serve_recording(
         path.display(),
         sink.processes()
     );
-    eprintln!("{}", ready_line(exporter.addr));
-    wait_for_signal().await?;
+    wait_for_signal(&ready_line(exporter.addr)).await?;
     Ok(replay::exit_code([&replayed]))
 }
 
@@ -117,10 +116,12 @@ async fn serve_live(
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+/// Says `ready` once SIGTERM, SIGINT and SIGHUP are handled, then waits for one.
+async fn wait_for_signal(ready: &str) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     let mut hup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
+    eprintln!("{ready}");
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

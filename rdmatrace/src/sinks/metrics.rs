@@ -239,6 +239,7 @@ pub struct MetricsSink {
     now_ns: u64,
     /// QP gauge series set at the last refresh.
     qp_series: FxHashSet<QpsLabels>,
+    refreshes: u64,
 }
 
 impl MetricsSink {
@@ -252,6 +253,7 @@ impl MetricsSink {
             anomalies_seen: 0,
             now_ns: 0,
             qp_series: FxHashSet::default(),
+            refreshes: 0,
         }
     }
 
@@ -364,8 +366,8 @@ impl MetricsSink {
 
     /// Verdicts and QP gauges from the analysis, then drops what is gone.
     pub fn refresh(&mut self, state: &Correlator) {
-        let report = self.analyzer.clone().finish();
-        for p in &report.processes {
+        let verdicts = self.analyzer.verdicts();
+        for p in &verdicts {
             let proc = self.labels(p.stats.pid, &p.stats.comm, state);
             let want = VerdictLabels {
                 proc,
@@ -390,7 +392,7 @@ impl MetricsSink {
             }
         }
         let mut counts: BTreeMap<(u32, String, String), i64> = BTreeMap::new();
-        for q in report.qps.iter().filter(|q| q.destroyed_ns.is_none()) {
+        for q in self.analyzer.live_qps() {
             let state_name = q.state.map_or("unknown", |s| s.name());
             *counts
                 .entry((q.owner_pid, q.key.dev.to_string(), state_name.to_string()))
@@ -455,8 +457,12 @@ impl MetricsSink {
                 }
             }
         }
-        self.analyzer
-            .prune(|pid| gone.contains(&pid), cutoff, KEEP_ANOMALIES);
+        // The analysis is pruned when processes went, and once a minute for destroyed QPs.
+        self.refreshes += 1;
+        if !gone.is_empty() || self.refreshes.is_multiple_of(60) {
+            self.analyzer
+                .prune(|pid| gone.contains(&pid), cutoff, KEEP_ANOMALIES);
+        }
     }
 }
 

@@ -91,6 +91,28 @@ impl Analyzer {
         self.anomalies.trim(keep_anomalies);
     }
 
+    /// The verdict of every process with something worth one, now (no copy of the rest: a
+    /// live view's once-a-second question).
+    pub fn verdicts(&self) -> Vec<ProcReport> {
+        self.procs
+            .values()
+            .filter(|p| p.active())
+            .map(|p| {
+                let (verdict, evidence) = verdict::verdict(p, self.traffic_measured);
+                ProcReport {
+                    stats: p.clone(),
+                    verdict,
+                    evidence,
+                }
+            })
+            .collect()
+    }
+
+    /// The QPs alive now, with their accounts.
+    pub fn live_qps(&self) -> impl Iterator<Item = &QpLife> {
+        self.book.qps.iter().filter(|q| q.destroyed_ns.is_none())
+    }
+
     /// Anomalies found so far, counting those pruned.
     pub fn anomalies_total(&self) -> usize {
         self.anomalies.dropped + self.anomalies.list.len()
@@ -342,19 +364,7 @@ impl Analyzer {
                 ),
             });
         }
-        let processes: Vec<ProcReport> = self
-            .procs
-            .values()
-            .filter(|p| p.active())
-            .map(|p| {
-                let (verdict, evidence) = verdict::verdict(p, self.traffic_measured);
-                ProcReport {
-                    stats: p.clone(),
-                    verdict,
-                    evidence,
-                }
-            })
-            .collect();
+        let processes = self.verdicts();
         let (blame, port_counters) = self.blame.finish();
         let mut anomalies = self.anomalies.list;
         anomalies.sort_by_key(|a| a.ts_ns);
