@@ -170,6 +170,8 @@ impl<S: Sink> Stage<S> {
 
     /// Live: once a second.
     pub fn tick(&mut self) {
+        // Destroyed QPs are remembered 10 minutes for late samples, then forgotten.
+        self.state.forget_ended(600_000_000_000);
         let r = self.sink.tick(&self.state);
         self.check(r);
     }

@@ -96,6 +96,10 @@ pub struct Correlator {
     /// Destroyed QPs' lives and owners: samples and timers can still arrive after the
     /// destroy. A new QP with the same (device, QPN) replaces the entry.
     ended: FxHashMap<QpKey, (usize, u32, CompactString)>,
+    /// When each `ended` entry was made (life, key), oldest first: a long run forgets them.
+    ended_at: std::collections::VecDeque<(u64, usize, QpKey)>,
+    /// The latest monotonic ns observed.
+    now_ns: u64,
     comms: FxHashMap<u32, CompactString>,
     /// Lives started so far (the next life's number).
     lives: usize,
@@ -114,6 +118,7 @@ impl Correlator {
     /// caller did not pass `IB_QP_CUR_STATE`).
     pub fn observe(&mut self, rec: &mut Record) {
         self.change = None;
+        self.now_ns = self.now_ns.max(rec.ts_ns);
         self.cgroups.next(rec.ts_ns);
         // Most records repeat their process's name: write only when it is new or changed.
         if !rec.comm.is_empty()
@@ -233,9 +238,28 @@ impl Correlator {
                 life: t.life,
                 state: t.state,
             });
+            self.ended_at.push_back((self.now_ns, t.life, key.clone()));
             self.ended
                 .insert(key.clone(), (t.life, t.owner_pid, t.owner_comm));
         }
+    }
+
+    /// Forgets QPs destroyed more than `age_ns` ago (their late samples have long arrived):
+    /// a long-running trace's memory bound, called once a second live.
+    pub fn forget_ended(&mut self, age_ns: u64) {
+        let before = self.now_ns.saturating_sub(age_ns);
+        while self.ended_at.front().is_some_and(|(at, ..)| *at < before) {
+            if let Some((_, life, key)) = self.ended_at.pop_front() {
+                if self.ended.get(&key).is_some_and(|e| e.0 == life) {
+                    self.ended.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// QPs destroyed and still remembered (memory accounting, tests).
+    pub fn ended_qps(&self) -> usize {
+        self.ended.len()
     }
 
     /// What the last observed record changed in a QP's life, if anything.

@@ -225,3 +225,32 @@ fn late_samples_of_a_destroyed_qp_keep_their_owner_until_the_qpn_is_reused() {
     c.observe(&mut reused);
     assert_eq!(reused.subject_pid(), 8);
 }
+
+#[test]
+fn destroyed_qps_are_forgotten_after_a_while_but_not_a_reused_key() {
+    use crate::testing::{qp_info, record};
+    let mut c = Correlator::new();
+    let create = |qpn| Body::QpCreate {
+        qp: qp_info("rxe0", qpn),
+        ret: 0,
+    };
+    let destroy = |qpn| Body::QpDestroy {
+        qp: qp_info("rxe0", qpn),
+        ret: 0,
+    };
+    for (ts, body) in [
+        (1, create(1)),
+        (2, destroy(1)),
+        (3, create(2)),
+        (4, destroy(2)),
+    ] {
+        c.observe(&mut record(7, "a", ts, body));
+    }
+    assert_eq!(c.ended_qps(), 2);
+    c.observe(&mut record(7, "a", 100, create(1)));
+    c.observe(&mut record(7, "a", 101, destroy(1)));
+    c.forget_ended(50);
+    // QPN 2's end (at 4) is old; QPN 1's new end (at 101) is not.
+    assert_eq!(c.ended_qps(), 1);
+    assert!(c.owner(&qp_info("rxe0", 1).key).is_some());
+}
