@@ -201,16 +201,6 @@ fn names_of(batch: Option<Vec<Symbolized<'_>>>) -> Vec<Option<String>> {
 /// The file as this process sees it: its own path when that exists here, else the process's
 /// handle on the mapping (other mount namespaces, deleted files) while it lives.
 fn file_path(pid: u32, m: &Mapping) -> PathBuf {
-    // A process in another mount namespace (a container) sees its own files at these paths:
-    // read them through its root, not the same path here (another file, wrong names).
-    let ns = |who: &str| std::fs::read_link(format!("/proc/{who}/ns/mnt")).ok();
-    if ns(&pid.to_string()) != ns("self") {
-        let theirs = PathBuf::from(format!("/proc/{pid}/root"))
-            .join(m.path.strip_prefix("/").unwrap_or(&m.path));
-        if theirs.exists() {
-            return theirs;
-        }
-    }
     if m.path.exists() {
         m.path.clone()
     } else {
