@@ -192,12 +192,7 @@ fn lab_serve_is_scraped_by_prometheus_with_container_and_pod_labels() {
         .output()
         .expect("rt-fallback");
     assert!(fb.status.success(), "{}", text(&fb));
-    let fb_pid: u32 = text(&fb)
-        .split_whitespace()
-        .skip_while(|w| *w != "pid")
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .expect("rt-fallback prints its pid");
+    let fb_pid = printed_pid(&text(&fb));
     {
         let _loss = Loss::on("LAB_NIC_A", 5);
         write_bw(&pod, "4096", "300");

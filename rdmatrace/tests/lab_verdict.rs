@@ -76,12 +76,7 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
         .expect("rt-fallback");
     let printed = text(&fb);
     assert!(fb.status.success(), "{printed}");
-    let fb_pid: u64 = printed
-        .split_whitespace()
-        .skip_while(|w| *w != "pid")
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .expect("pid");
+    let fb_pid = u64::from(printed_pid(&printed));
 
     // 2b. Our own mover, once over RC and once switched to TCP by its environment variable
     // (how NCCL_IB_DISABLE / UCX_TLS change a job's transport without touching its code).

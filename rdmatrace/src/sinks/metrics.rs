@@ -557,6 +557,10 @@ impl Sink for MetricsSink {
             }
             _ => {}
         }
+        // Anomalies are rare: nothing to copy on almost every record.
+        if self.analyzer.anomalies_total() == self.anomalies_seen {
+            return Ok(());
+        }
         let fresh: Vec<(u32, String, &'static str, String)> = self
             .analyzer
             .anomalies_since(self.anomalies_seen)
@@ -591,129 +595,4 @@ impl Sink for MetricsSink {
 }
 
 #[cfg(test)]
-mod tests {
-    use prometheus_client::encoding::prometheus_text::encode;
-
-    use super::*;
-    use crate::{
-        event::{QpState, TcpBytesDelta},
-        testing::{modify, qp_info, record},
-    };
-
-    fn feed(sink: &mut MetricsSink, state: &mut Correlator, mut rec: Record) {
-        state.observe(&mut rec);
-        sink.record(&rec, state).expect("record");
-    }
-
-    fn text(r: &Registry) -> String {
-        let mut s = String::new();
-        encode(&mut s, r).expect("encode");
-        s
-    }
-
-    #[test]
-    fn qp_gauges_follow_live_qps_by_state() {
-        let (f, reg) = Families::new();
-        let mut sink = MetricsSink::new(f, Limits::default());
-        let mut st = Correlator::new();
-        let create = Body::QpCreate {
-            qp: qp_info("rxe0", 0x11),
-            ret: 0,
-        };
-        feed(&mut sink, &mut st, record(7, "bench", 1, create));
-        feed(
-            &mut sink,
-            &mut st,
-            record(7, "bench", 2, modify("rxe0", 0x11, QpState::Init, 0)),
-        );
-        feed(
-            &mut sink,
-            &mut st,
-            record(7, "bench", 3, modify("rxe0", 0x11, QpState::Rtr, 0)),
-        );
-        feed(
-            &mut sink,
-            &mut st,
-            record(7, "bench", 4, modify("rxe0", 0x11, QpState::Rts, 0)),
-        );
-        sink.refresh(&st);
-        let t = text(&reg);
-        assert!(
-            t.contains(r#"rdmatrace_qps{pid="7",comm="bench",container="",pod_uid="",dev="rxe0",state="RTS"} 1"#),
-            "{t}"
-        );
-        let destroy = Body::QpDestroy {
-            qp: qp_info("rxe0", 0x11),
-            ret: 0,
-        };
-        feed(&mut sink, &mut st, record(7, "bench", 5, destroy));
-        sink.refresh(&st);
-        assert!(!text(&reg).contains("rdmatrace_qps{"), "{}", text(&reg));
-    }
-
-    fn churn(sink: &mut MetricsSink, st: &mut Correlator, pid: u32, at: u64) {
-        let tcp = Body::TcpBytes(TcpBytesDelta {
-            tx_bytes: 2 << 20,
-            rx_bytes: 1,
-            tx_calls: 1,
-            rx_calls: 1,
-        });
-        feed(sink, st, record(pid, "loader", at, tcp));
-        let exit = Body::ProcessExit {
-            ppid: 1,
-            exit_code: 0,
-        };
-        feed(sink, st, record(pid, "loader", at + 1, exit));
-    }
-
-    #[test]
-    fn a_day_of_process_churn_keeps_series_and_memory_bounded() {
-        let (f, reg) = Families::new();
-        let limits = Limits {
-            grace_ns: 60_000_000_000,
-            max_series: 100_000,
-        };
-        let mut sink = MetricsSink::new(f, limits);
-        let mut st = Correlator::new();
-        // 10,000 short-lived processes, one a second, each moving TCP data; a refresh a second
-        // (`cargo xtask bench` runs a whole day).
-        let mut most = 0;
-        for i in 0..10_000u64 {
-            let at = i * 1_000_000_000;
-            churn(&mut sink, &mut st, 1000 + (i % 30_000) as u32, at);
-            sink.refresh(&st);
-            most = most.max(sink.series());
-        }
-        // Within the grace period: about 60 processes, 3 series each (tx, rx, verdict).
-        assert!(most <= 62 * 3, "series grew to {most}");
-        assert!(
-            sink.processes() <= 62,
-            "{} processes kept",
-            sink.processes()
-        );
-        assert!(text(&reg).lines().count() < 500);
-    }
-
-    #[test]
-    fn max_series_caps_the_series_and_counts_what_it_refused() {
-        let (f, reg) = Families::new();
-        let limits = Limits {
-            grace_ns: u64::MAX / 2,
-            max_series: 10,
-        };
-        let mut sink = MetricsSink::new(f, limits);
-        let mut st = Correlator::new();
-        for pid in 1..=20 {
-            churn(&mut sink, &mut st, pid, u64::from(pid));
-        }
-        sink.refresh(&st);
-        assert_eq!(sink.series(), 10);
-        let t = text(&reg);
-        let dropped = t
-            .lines()
-            .find_map(|l| l.strip_prefix("rdmatrace_series_dropped_total "))
-            .and_then(|v| v.parse::<u64>().ok())
-            .expect("dropped counter");
-        assert!(dropped >= 30, "{t}");
-    }
-}
+mod tests;

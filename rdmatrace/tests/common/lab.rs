@@ -61,6 +61,16 @@ pub fn client_until_ok(prog: &str, args: &[&str], ok: impl Fn(&str) -> bool) -> 
     }
 }
 
+/// The pid a workload printed as `... pid N ...` (rt-fallback, rt-mover).
+pub fn printed_pid(output: &str) -> u32 {
+    output
+        .split_whitespace()
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no 'pid N' in:\n{output}"))
+}
+
 pub fn text(o: &Output) -> String {
     format!(
         "{}{}",
