@@ -4,8 +4,9 @@
 //! 1. Steady state: 1,000 processes holding 10,000 RTS QPs; each simulated second every QP
 //!    reports traffic, every process TCP bytes, 100 retransmits, then the once-a-second refresh.
 //!    CPU per simulated second, peak RSS, and the latency of scrapes at that size.
-//! 2. Churn: a simulated day of one short-lived process a second (a QP created and destroyed,
-//!    TCP bytes, exit) with the default 5-minute grace: RSS and series by the hour.
+//! 2. Churn: a simulated day of one short-lived process a second, each in a pod of its own (a
+//!    QP created and destroyed, TCP bytes, exit) with the default 5-minute grace: RSS and series
+//!    by the hour.
 //!
 //! Prints one JSON object on stdout.
 
@@ -162,6 +163,15 @@ fn main() {
             churn_pid + 1
         };
         let qpn = 0x100_000 + (s % 1_000_000) as u32;
+        // Each in a container of its own pod, as a batch job's pods come and go.
+        let cg = 1_000_000 + s;
+        stage.cgroup(
+            cg,
+            &format!(
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{s:08x}_1111_2222_3333_444455556666.slice/cri-containerd-{s:064x}.scope"
+            ),
+        );
+        stage.push(record(churn_pid, "loader", ts, Body::ProcessCgroup { id: cg }));
         let create = Body::QpCreate {
             qp: qp_info("mlx5_1", qpn),
             ret: 0,
@@ -209,7 +219,7 @@ fn main() {
         "scrape_ms_median": lat[lat.len() / 2],
         "scrape_ms_max": lat[lat.len() - 1],
         "scrape_bytes": bytes,
-        "churn_days": 1,
+        "churn_secs": DAY_SECS,
         "churn_cpu_ns": churn_cpu_ns,
         "churn_by_hour": hours,
     });

@@ -18,6 +18,9 @@ use crate::{
     symbolize::{resolver::Resolver, Symbols},
 };
 
+/// Cgroup ids not found that are remembered (then forgotten all at once and tried again).
+const MAX_CGROUPS_NOT_FOUND: usize = 10_000;
+
 pub struct Stage<S: Sink> {
     anchor: ClockAnchor,
     state: Correlator,
@@ -28,7 +31,8 @@ pub struct Stage<S: Sink> {
     resolver: Option<Resolver>,
     /// Live only: cgroup ids to paths while the cgroups exist.
     cgroup_paths: Option<CgroupPaths>,
-    /// Cgroup ids already looked up (found or not): each is walked for once.
+    /// Cgroup ids looked up and not found: each is walked for once (up to
+    /// [`MAX_CGROUPS_NOT_FOUND`]).
     cgroups_tried: FxHashSet<u64>,
     sink: S,
     /// Records seen (before filtering).
@@ -102,11 +106,18 @@ impl<S: Sink> Stage<S> {
         }
         if let (Some(paths), Ok(rec)) = (self.cgroup_paths.as_mut(), decoded.as_ref()) {
             if let crate::event::Body::ProcessCgroup { id } = rec.body {
-                if !self.state.cgroups().knows(id) && self.cgroups_tried.insert(id) {
+                // A place forgotten (no process left in it) is looked up again when a process
+                // shows up there; an id not found is not walked for again (up to a bound).
+                if !self.state.cgroups().knows(id) && !self.cgroups_tried.contains(&id) {
                     if let Some(path) = paths.path_of(id).map(str::to_string) {
                         self.state.cgroup_named(id, &path);
                         let r = self.sink.cgroup(id, &path);
                         self.check(r);
+                    } else {
+                        if self.cgroups_tried.len() >= MAX_CGROUPS_NOT_FOUND {
+                            self.cgroups_tried.clear();
+                        }
+                        self.cgroups_tried.insert(id);
                     }
                 }
             }

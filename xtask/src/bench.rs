@@ -4,6 +4,7 @@
 //! - replay: criterion bench of read + decode + correlate over a synthetic recording
 //! - size: bytes/event of real and synthetic recordings
 //! - storm: a fork/exit storm on this host under `rdmatrace record` (delivered, lost, CPU, RSS)
+//! - serve: the metrics agent's pipeline at 1,000 processes / 10,000 QPs, and a day of churn
 //! - lab: perftest over Soft-RoCE, interleaved without a tracer / with rdmatrace / with
 //!   bpftrace; attach time, peak RSS
 
@@ -11,6 +12,7 @@ mod bigfile;
 mod lab;
 mod replay;
 mod report;
+mod serve;
 mod storm;
 
 use std::{path::PathBuf, process::Command};
@@ -67,6 +69,8 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
                 "--bins",
                 "--example",
                 "rewrite",
+                "--example",
+                "serve_load",
             ]),
     )?;
     let machine = report::Machine::here();
@@ -80,6 +84,9 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
     eprintln!("\n== bench: replay of a 1 GiB recording (memory)");
     // A failure is reported in BENCHMARKS.md, not fatal to the other figures.
     let big = bigfile::run().map_err(|e| format!("{e:#}"));
+    eprintln!("\n== bench: serve at 1,000 processes / 10,000 QPs, and a day of churn");
+    // A failure is reported in BENCHMARKS.md, not fatal to the other figures.
+    let serve = serve::run().map_err(|e| format!("{e:#}"));
     let lab = if o.skip_lab {
         eprintln!("\n== bench 3/3: lab SKIPPED (--skip-lab)");
         None
@@ -97,6 +104,7 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         replay: &replay,
         storms: &storms,
         big: big.as_ref(),
+        serve: serve.as_ref(),
         lab: lab.as_ref().map(|r| r.as_ref()),
         fixtures: &report::fixture_sizes()?,
     });

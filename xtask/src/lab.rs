@@ -130,6 +130,10 @@ pub fn used_kvm(version: &str) -> Option<bool> {
     fs::read_to_string(memo).ok().map(|s| s.trim() == "ok")
 }
 
+/// vng's status when the guest ended without reporting the command's (a kernel panic, a VM
+/// crash): not a test failure.
+pub const VM_DIED: i32 = 255;
+
 /// Boots the lab and runs `cmd` (bash, from the repo root) inside; returns its exit status.
 /// Without `cmd`, an interactive shell.
 pub fn run(cmd: Option<&str>) -> anyhow::Result<i32> {
@@ -194,7 +198,11 @@ pub fn run_on(version: Option<&str>, cmd: Option<&str>) -> anyhow::Result<i32> {
     }
     drop(tx);
     let mut announced = false;
+    let mut last = String::new();
     for (is_err, line) in rx {
+        if !line.trim().is_empty() {
+            last.clone_from(&line);
+        }
         if !announced && line.contains("rdmatrace-lab: ready") {
             announced = true;
             eprintln!(
@@ -217,6 +225,12 @@ pub fn run_on(version: Option<&str>, cmd: Option<&str>) -> anyhow::Result<i32> {
         "lab: done in {:.1} s ({status})",
         started.elapsed().as_secs_f64()
     );
+    if status.code() == Some(VM_DIED) {
+        eprintln!(
+            "lab: the VM ended without the command's status (kernel panic or VM crash); last \
+             line relayed: {last}"
+        );
+    }
     match status.code() {
         Some(124) => bail!(
             "the lab command timed out after {} s",

@@ -388,10 +388,22 @@ fn lab_tiers() -> Vec<(String, Tier)> {
         .into_iter()
         .map(|ver| {
             eprintln!("\n== lab tests on {ver}");
-            let tier = match lab::run_on(Some(&ver), Some(&script)) {
-                Ok(0) => Tier::Passed("every lab test binary passed".into()),
-                Ok(code) => Tier::Failed(format!("lab tests exited with {code}")),
-                Err(e) => Tier::Failed(format!("{e:#}")),
+            let mut first = lab::run_on(Some(&ver), Some(&script));
+            let mut again = "";
+            // A guest that died (kernel panic, VM crash) is booted once more; the summary says
+            // so. A test failure is never retried.
+            if matches!(first, Ok(lab::VM_DIED)) {
+                eprintln!("\n== lab tests on {ver}, second boot: the first VM died (exit 255)");
+                first = lab::run_on(Some(&ver), Some(&script));
+                again = " (on a second boot: the first VM died, exit 255)";
+            }
+            let tier = match first {
+                Ok(0) => Tier::Passed(format!("every lab test binary passed{again}")),
+                Ok(lab::VM_DIED) => Tier::Failed(format!(
+                    "the VM died (exit 255: kernel panic or VM crash){again}"
+                )),
+                Ok(code) => Tier::Failed(format!("lab tests exited with {code}{again}")),
+                Err(e) => Tier::Failed(format!("{e:#}{again}")),
             };
             (format!("lab {ver}"), tier)
         })

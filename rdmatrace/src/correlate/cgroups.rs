@@ -101,6 +101,19 @@ impl Cgroups {
         self.places.get(&id)
     }
 
+    /// Forgets the places no known process is in any more (containers come and go on a fleet
+    /// host: an agent must not keep every one it ever saw). A place forgotten is resolved
+    /// again if a process shows up in it.
+    pub fn forget_unused(&mut self) {
+        let used: rustc_hash::FxHashSet<u64> = self.by_pid.values().map(|(id, _)| *id).collect();
+        self.places.retain(|id, _| used.contains(id));
+    }
+
+    /// Places known (memory accounting, tests).
+    pub fn places(&self) -> usize {
+        self.places.len()
+    }
+
     /// Processes with a known cgroup (memory accounting, tests).
     pub fn processes(&self) -> usize {
         self.by_pid.len()
@@ -130,5 +143,9 @@ mod tests {
         c.next(KEEP_AFTER_EXIT_NS + 10);
         assert_eq!(c.of(200).map(|p| p.path.as_str()), Some("/other.slice"));
         assert_eq!(c.processes(), 1);
+        // The place no process is in any more is forgotten; the other stays.
+        c.forget_unused();
+        assert_eq!(c.places(), 1);
+        assert!(c.knows(8) && !c.knows(7));
     }
 }

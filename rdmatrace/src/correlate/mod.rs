@@ -244,9 +244,11 @@ impl Correlator {
         }
     }
 
-    /// Forgets QPs destroyed more than `age_ns` ago (their late samples have long arrived):
-    /// a long-running trace's memory bound, called once a second live.
+    /// Forgets QPs destroyed more than `age_ns` ago (their late samples have long arrived)
+    /// and cgroups no known process is in: a long-running trace's memory bound, called once a
+    /// second live.
     pub fn forget_ended(&mut self, age_ns: u64) {
+        self.cgroups.forget_unused();
         let before = self.now_ns.saturating_sub(age_ns);
         while self.ended_at.front().is_some_and(|(at, ..)| *at < before) {
             if let Some((_, life, key)) = self.ended_at.pop_front() {

@@ -4,13 +4,8 @@
 //! are dropped a grace period after it exits, and `max_series` caps the per-process series
 //! (what it refused is counted in `rdmatrace_series_dropped_total`).
 
-use std::{collections::BTreeMap, io};
+use std::io;
 
-use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge},
-    registry::Registry,
-};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::{
@@ -18,85 +13,12 @@ use crate::{
         analysis::{Analyzer, RETRANSMIT_COUNTERS},
         Correlator,
     },
-    event::{Body, QpKey, Record},
+    event::{Body, CompactString, QpKey, Record},
     sinks::Sink,
 };
 
-/// Who a per-process series is about.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProcLabels {
-    pub pid: String,
-    pub comm: String,
-    pub container: String,
-    pub pod_uid: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VerdictLabels {
-    #[prometheus(flatten)]
-    pub proc: ProcLabels,
-    pub verdict: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RdmaBytesLabels {
-    #[prometheus(flatten)]
-    pub proc: ProcLabels,
-    pub dev: String,
-    pub direction: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TcpBytesLabels {
-    #[prometheus(flatten)]
-    pub proc: ProcLabels,
-    pub direction: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RetransmitLabels {
-    #[prometheus(flatten)]
-    pub proc: ProcLabels,
-    pub dev: String,
-    pub transport: String,
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QpsLabels {
-    #[prometheus(flatten)]
-    pub proc: ProcLabels,
-    pub dev: String,
-    pub state: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AnomalyLabels {
-    pub kind: String,
-    #[prometheus(flatten)]
-    pub proc: ProcLabels,
-    pub dev: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TypeLabels {
-    pub r#type: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: String,
-}
-
-/// Incident kinds of the flight recorder (the `kind` label of `rdmatrace_incidents_total`,
-/// and the end of incident file names).
-pub const INCIDENT_KINDS: [&str; 5] = [
-    "qp_err",
-    "async_fatal",
-    "port_down",
-    "device_removed",
-    "retransmit_burst",
-];
+mod families;
+pub use families::*;
 
 /// One per-process series, to drop it when its process is gone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -107,96 +29,6 @@ enum Series {
     Retx(RetransmitLabels),
     Qps(QpsLabels),
     Anomaly(AnomalyLabels),
-}
-
-/// The metric families (cheap handles: clones share the values).
-#[derive(Clone, Default)]
-pub struct Families {
-    pub verdict: Family<VerdictLabels, Gauge>,
-    pub rdma_bytes: Family<RdmaBytesLabels, Counter>,
-    pub tcp_bytes: Family<TcpBytesLabels, Counter>,
-    pub retransmits: Family<RetransmitLabels, Counter>,
-    pub qps: Family<QpsLabels, Gauge>,
-    pub anomalies: Family<AnomalyLabels, Counter>,
-    pub events: Family<TypeLabels, Counter>,
-    pub lost: Counter,
-    pub incidents: Family<KindLabels, Counter>,
-    pub series_dropped: Counter,
-    pub up: Gauge,
-    pub processes: Gauge,
-}
-
-impl Families {
-    /// The families and a registry that encodes them.
-    pub fn new() -> (Families, Registry) {
-        let f = Families::default();
-        let mut r = Registry::default();
-        r.register(
-            "rdmatrace_process_verdict",
-            "Current verdict of each traced process (1 on the series of its verdict): rdma, tcp_fallback, tcp, mixed, idle or unknown",
-            f.verdict.clone(),
-        );
-        r.register(
-            "rdmatrace_rdma_bytes",
-            "Bytes a process's QPs sent (tx) and received (rx) on an RDMA device",
-            f.rdma_bytes.clone(),
-        );
-        r.register(
-            "rdmatrace_tcp_bytes",
-            "Bytes a process sent (tx) and received (rx) over TCP",
-            f.tcp_bytes.clone(),
-        );
-        r.register(
-            "rdmatrace_retransmits",
-            "Retransmissions blamed on a process (its QP or socket), by device, transport and reason",
-            f.retransmits.clone(),
-        );
-        r.register(
-            "rdmatrace_qps",
-            "Live QPs of a process by device and state",
-            f.qps.clone(),
-        );
-        r.register(
-            "rdmatrace_anomalies",
-            "Anomalies found (failed modifies, QPs moved to ERR, error completions, port down...), by kind",
-            f.anomalies.clone(),
-        );
-        r.register(
-            "rdmatrace_events",
-            "Records seen, by type",
-            f.events.clone(),
-        );
-        r.register(
-            "rdmatrace_lost_events",
-            "Events the kernel dropped because the ring buffer was full",
-            f.lost.clone(),
-        );
-        r.register(
-            "rdmatrace_incidents",
-            "Incident files the flight recorder wrote, by the kind of anomaly that triggered them",
-            f.incidents.clone(),
-        );
-        // Every kind is there from the start (at 0), so dashboards and alerts find them.
-        for k in INCIDENT_KINDS {
-            let _ = f.incidents.get_or_create(&KindLabels { kind: k.into() });
-        }
-        r.register(
-            "rdmatrace_series_dropped",
-            "Per-process series not created because --max-series was reached",
-            f.series_dropped.clone(),
-        );
-        r.register(
-            "rdmatrace_up",
-            "1 once the probes are attached and records flow",
-            f.up.clone(),
-        );
-        r.register(
-            "rdmatrace_processes",
-            "Processes with per-process series",
-            f.processes.clone(),
-        );
-        (f, r)
-    }
 }
 
 /// Limits of a long-running agent.
@@ -217,6 +49,8 @@ impl Default for Limits {
     }
 }
 
+type QpGaugeKey = (u32, CompactString, &'static str);
+
 /// Anomalies kept in memory for their context (all are counted).
 const KEEP_ANOMALIES: usize = 1000;
 
@@ -224,6 +58,8 @@ const KEEP_ANOMALIES: usize = 1000;
 struct ProcEntry {
     labels: Option<ProcLabels>,
     series: FxHashSet<Series>,
+    /// Its verdict series now.
+    verdict: Option<VerdictLabels>,
     /// Monotonic ns of its exit.
     exited_ns: Option<u64>,
 }
@@ -237,8 +73,8 @@ pub struct MetricsSink {
     anomalies_seen: usize,
     /// The latest monotonic ns seen.
     now_ns: u64,
-    /// QP gauge series set at the last refresh.
-    qp_series: FxHashSet<QpsLabels>,
+    /// QP gauges set at the last refresh: (owner, device, state) -> (series, value).
+    qp_gauges: FxHashMap<QpGaugeKey, (QpsLabels, i64)>,
     refreshes: u64,
 }
 
@@ -252,7 +88,7 @@ impl MetricsSink {
             series: 0,
             anomalies_seen: 0,
             now_ns: 0,
-            qp_series: FxHashSet::default(),
+            qp_gauges: FxHashMap::default(),
             refreshes: 0,
         }
     }
@@ -364,62 +200,92 @@ impl MetricsSink {
         }
     }
 
-    /// Verdicts and QP gauges from the analysis, then drops what is gone.
+    /// Verdicts and QP gauges from the analysis, then drops what is gone. Only what changed
+    /// since the last refresh is touched (an agent with thousands of processes and QPs does
+    /// this once a second).
     pub fn refresh(&mut self, state: &Correlator) {
-        let verdicts = self.analyzer.verdicts();
-        for p in &verdicts {
-            let proc = self.labels(p.stats.pid, &p.stats.comm, state);
-            let want = VerdictLabels {
-                proc,
-                verdict: p.verdict.name().into(),
-            };
-            let old: Vec<VerdictLabels> = self
-                .procs
-                .get(&p.stats.pid)
-                .into_iter()
-                .flat_map(|e| e.series.iter())
-                .filter_map(|s| match s {
-                    Series::Verdict(v) if *v != want => Some(v.clone()),
-                    _ => None,
-                })
-                .collect();
-            for v in old {
-                self.f.verdict.remove(&v);
-                self.drop_series(p.stats.pid, &Series::Verdict(v));
-            }
-            if self.admit(p.stats.pid, Series::Verdict(want.clone())) {
-                self.f.verdict.get_or_create(&want).set(1);
-            }
-        }
-        let mut counts: BTreeMap<(u32, String, String), i64> = BTreeMap::new();
-        for q in self.analyzer.live_qps() {
-            let state_name = q.state.map_or("unknown", |s| s.name());
-            *counts
-                .entry((q.owner_pid, q.key.dev.to_string(), state_name.to_string()))
-                .or_default() += 1;
-        }
-        let mut now = FxHashSet::default();
-        for ((pid, dev, st), n) in counts {
-            let proc = self.labels(pid, "", state);
-            let l = QpsLabels {
-                proc,
-                dev,
-                state: st,
-            };
-            if self.admit(pid, Series::Qps(l.clone())) {
-                self.f.qps.get_or_create(&l).set(n);
-                now.insert(l);
-            }
-        }
-        for gone in self.qp_series.difference(&now).cloned().collect::<Vec<_>>() {
-            self.f.qps.remove(&gone);
-            if let Ok(pid) = gone.proc.pid.parse::<u32>() {
-                self.drop_series(pid, &Series::Qps(gone));
-            }
-        }
-        self.qp_series = now;
+        self.refresh_verdicts(state);
+        self.refresh_qps(state);
         self.prune();
         self.f.processes.set(self.procs.len() as i64);
+    }
+
+    fn refresh_verdicts(&mut self, state: &Correlator) {
+        let mut changed: Vec<(u32, CompactString, &'static str)> = Vec::new();
+        for (p, v) in self.analyzer.verdict_kinds() {
+            let same = self
+                .procs
+                .get(&p.pid)
+                .and_then(|e| e.verdict.as_ref())
+                .is_some_and(|l| l.verdict == v.name() && current(&l.proc, p.pid, &p.comm, state));
+            if !same {
+                changed.push((p.pid, p.comm.clone(), v.name()));
+            }
+        }
+        for (pid, comm, verdict) in changed {
+            let want = VerdictLabels {
+                proc: self.labels(pid, &comm, state),
+                verdict: verdict.into(),
+            };
+            if let Some(old) = self.procs.get_mut(&pid).and_then(|e| e.verdict.take()) {
+                self.f.verdict.remove(&old);
+                self.drop_series(pid, &Series::Verdict(old));
+            }
+            if self.admit(pid, Series::Verdict(want.clone())) {
+                self.f.verdict.get_or_create(&want).set(1);
+                if let Some(e) = self.procs.get_mut(&pid) {
+                    e.verdict = Some(want);
+                }
+            }
+        }
+    }
+
+    fn refresh_qps(&mut self, state: &Correlator) {
+        let mut counts: FxHashMap<QpGaugeKey, i64> = FxHashMap::default();
+        for q in self.analyzer.live_qps() {
+            let st = q.state.map_or("unknown", |s| s.name());
+            *counts
+                .entry((q.owner_pid, q.key.dev.clone(), st))
+                .or_default() += 1;
+        }
+        let gone: Vec<QpGaugeKey> = self
+            .qp_gauges
+            .keys()
+            .filter(|k| !counts.contains_key(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            if let Some((l, _)) = self.qp_gauges.remove(&k) {
+                self.f.qps.remove(&l);
+                self.drop_series(k.0, &Series::Qps(l));
+            }
+        }
+        for (k, n) in counts {
+            let (pid, dev, st) = &k;
+            if let Some((l, old)) = self.qp_gauges.get_mut(&k) {
+                if current(&l.proc, *pid, "", state) {
+                    if *old != n {
+                        *old = n;
+                        self.f.qps.get_or_create(l).set(n);
+                    }
+                    continue;
+                }
+            }
+            // New, or its process's labels changed: the series under its current labels.
+            if let Some((l, _)) = self.qp_gauges.remove(&k) {
+                self.f.qps.remove(&l);
+                self.drop_series(*pid, &Series::Qps(l));
+            }
+            let l = QpsLabels {
+                proc: self.labels(*pid, "", state),
+                dev: dev.to_string(),
+                state: (*st).into(),
+            };
+            if self.admit(*pid, Series::Qps(l.clone())) {
+                self.f.qps.get_or_create(&l).set(n);
+                self.qp_gauges.insert(k, (l, n));
+            }
+        }
     }
 
     fn drop_series(&mut self, pid: u32, s: &Series) {
@@ -449,7 +315,7 @@ impl MetricsSink {
                         Series::Tcp(l) => self.f.tcp_bytes.remove(&l),
                         Series::Retx(l) => self.f.retransmits.remove(&l),
                         Series::Qps(l) => {
-                            self.qp_series.remove(&l);
+                            self.qp_gauges.retain(|_, (g, _)| *g != l);
                             self.f.qps.remove(&l)
                         }
                         Series::Anomaly(l) => self.f.anomalies.remove(&l),
@@ -464,6 +330,15 @@ impl MetricsSink {
                 .prune(|pid| gone.contains(&pid), cutoff, KEEP_ANOMALIES);
         }
     }
+}
+
+/// Whether `l` is what [`MetricsSink::labels`] gives process `pid` (named `comm` when the
+/// correlator does not know better) now, without allocating.
+fn current(l: &ProcLabels, pid: u32, comm: &str, state: &Correlator) -> bool {
+    let place = state.place_of(pid);
+    l.comm == state.comm(pid).unwrap_or(comm)
+        && l.container == place.and_then(|p| p.container()).unwrap_or_default()
+        && l.pod_uid == place.and_then(|p| p.pod_uid()).unwrap_or_default()
 }
 
 enum Count<'a> {

@@ -45,6 +45,7 @@ pub struct Inputs<'a> {
     pub replay: &'a Replay,
     pub storms: &'a [Storm],
     pub big: Result<&'a super::bigfile::BigReplay, &'a String>,
+    pub serve: Result<&'a super::serve::ServeLoad, &'a String>,
     pub lab: Option<Result<&'a LabResults, &'a String>>,
     pub fixtures: &'a [FixtureSize],
 }
@@ -462,6 +463,7 @@ pub fn markdown(i: &Inputs<'_>) -> String {
     size_section(&mut s, i);
     storm_section(&mut s, i.storms);
     big_section(&mut s, i.big);
+    super::serve::section(&mut s, i.serve);
     lab_section(&mut s, i.lab, i.reproduce);
     s
 }

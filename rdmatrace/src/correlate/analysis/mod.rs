@@ -108,6 +108,15 @@ impl Analyzer {
             .collect()
     }
 
+    /// Each process worth a verdict with its verdict now, without evidence or copies (a live
+    /// agent's once-a-second question).
+    pub fn verdict_kinds(&self) -> impl Iterator<Item = (&ProcStats, Verdict)> {
+        self.procs
+            .values()
+            .filter(|p| p.active())
+            .map(|p| (p, verdict::classify(p, self.traffic_measured)))
+    }
+
     /// The QPs alive now, with their accounts.
     pub fn live_qps(&self) -> impl Iterator<Item = &QpLife> {
         self.book.qps.iter().filter(|q| q.destroyed_ns.is_none())

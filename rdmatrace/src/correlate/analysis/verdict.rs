@@ -110,6 +110,35 @@ impl ProcStats {
     }
 }
 
+/// The verdict alone, without its evidence (no allocation: a live agent asks it of every
+/// process once a second). [`verdict`] gives the same verdict with its evidence.
+pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
+    let tcp = p.tcp_tx_bytes + p.tcp_rx_bytes;
+    let touched = p.ctx_opens > 0 || p.qps_created > 0;
+    let rdma = p.rdma_tx_bytes + p.rdma_rx_bytes;
+    let tcp_data = tcp >= TCP_DATA_THRESHOLD;
+    if !touched {
+        if tcp > 0 {
+            Verdict::Tcp
+        } else if p.retrans_tcp > 0 {
+            Verdict::Unknown
+        } else {
+            Verdict::Idle
+        }
+    } else if p.qps_rts == 0 || (traffic_measured && rdma == 0) {
+        // Never connected a QP, or connected ones that carried nothing.
+        if tcp_data {
+            Verdict::TcpFallback
+        } else {
+            Verdict::Idle
+        }
+    } else if tcp_data && (!traffic_measured || tcp.saturating_mul(10) >= rdma) {
+        Verdict::Mixed
+    } else {
+        Verdict::Rdma
+    }
+}
+
 /// The verdict on `p` and the evidence lines behind it. `traffic_measured`: a per-QP traffic
 /// source (rxe) was on, so zero RDMA bytes means none moved.
 pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) {
@@ -145,7 +174,6 @@ pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) 
     if p.wc_errors > 0 {
         ev.push(format!("{} error completion(s)", p.wc_errors));
     }
-    let rdma = p.rdma_tx_bytes + p.rdma_rx_bytes;
     ev.push(if tcp == 0 {
         "0 B over TCP".to_string()
     } else {
@@ -165,28 +193,10 @@ pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) 
             p.tcp_calls
         )
     });
-    let tcp_data = tcp >= TCP_DATA_THRESHOLD;
-    let verdict = if !touched {
-        if tcp > 0 {
-            Verdict::Tcp
-        } else if p.retrans_tcp > 0 {
-            ev.push("TCP retransmits seen but no byte counts (TCP byte probes off?)".into());
-            Verdict::Unknown
-        } else {
-            Verdict::Idle
-        }
-    } else if p.qps_rts == 0 || (traffic_measured && rdma == 0) {
-        // Never connected a QP, or connected ones that carried nothing.
-        if tcp_data {
-            Verdict::TcpFallback
-        } else {
-            Verdict::Idle
-        }
-    } else if tcp_data && (!traffic_measured || tcp.saturating_mul(10) >= rdma) {
-        Verdict::Mixed
-    } else {
-        Verdict::Rdma
-    };
+    let verdict = classify(p, traffic_measured);
+    if verdict == Verdict::Unknown && !touched {
+        ev.push("TCP retransmits seen but no byte counts (TCP byte probes off?)".into());
+    }
     if verdict == Verdict::Rdma && tcp > 0 {
         ev.push(format!(
             "TCP below the data threshold ({}): a control channel",

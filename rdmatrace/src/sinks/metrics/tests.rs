@@ -1,5 +1,5 @@
 //! Gauges, churn and the series cap of the metrics sink.
-use prometheus_client::encoding::prometheus_text::encode;
+use prometheus_client::{encoding::prometheus_text::encode, registry::Registry};
 
 use super::*;
 use crate::{
@@ -56,6 +56,54 @@ fn qp_gauges_follow_live_qps_by_state() {
     feed(&mut sink, &mut st, record(7, "bench", 5, destroy));
     sink.refresh(&st);
     assert!(!text(&reg).contains("rdmatrace_qps{"), "{}", text(&reg));
+}
+
+#[test]
+fn a_changed_verdict_or_name_replaces_the_series_and_nothing_else_is_touched() {
+    let (f, reg) = Families::new();
+    let mut sink = MetricsSink::new(f, Limits::default());
+    let mut st = Correlator::new();
+    let tcp = |n| {
+        Body::TcpBytes(TcpBytesDelta {
+            tx_bytes: n,
+            rx_bytes: 0,
+            tx_calls: 1,
+            rx_calls: 0,
+        })
+    };
+    // TCP only: tcp; once it opened a QP and moved little over TCP: idle.
+    feed(&mut sink, &mut st, record(9, "loader", 1, tcp(100)));
+    let create = |qpn| Body::QpCreate {
+        qp: qp_info("rxe0", qpn),
+        ret: 0,
+    };
+    feed(&mut sink, &mut st, record(8, "job", 1, create(0x21)));
+    sink.refresh(&st);
+    let t = text(&reg);
+    let v9 = |v: &str| {
+        format!(
+            r#"rdmatrace_process_verdict{{pid="9",comm="loader",container="",pod_uid="",verdict="{v}"}} 1"#
+        )
+    };
+    assert!(t.contains(&v9("tcp")), "{t}");
+    let before = sink.series();
+    // Nothing changed: a refresh keeps every series as it was.
+    sink.refresh(&st);
+    assert_eq!(sink.series(), before);
+    assert_eq!(text(&reg), t);
+    feed(&mut sink, &mut st, record(9, "loader", 2, create(0x22)));
+    sink.refresh(&st);
+    let t = text(&reg);
+    assert!(t.contains(&v9("idle")), "{t}");
+    assert!(!t.contains(&v9("tcp")), "{t}");
+    // The QP owner renames itself (exec): its verdict and QP gauge move to the new name.
+    feed(&mut sink, &mut st, record(8, "job2", 3, tcp(1)));
+    sink.refresh(&st);
+    let t = text(&reg);
+    assert!(t.contains(r#"rdmatrace_qps{pid="8",comm="job2",container="",pod_uid="",dev="rxe0",state="RESET"} 1"#), "{t}");
+    assert!(!t.contains(r#"rdmatrace_qps{pid="8",comm="job","#), "{t}");
+    assert!(t.contains(r#"rdmatrace_process_verdict{pid="8",comm="job2""#), "{t}");
+    assert!(!t.contains(r#"rdmatrace_process_verdict{pid="8",comm="job","#), "{t}");
 }
 
 fn churn(sink: &mut MetricsSink, st: &mut Correlator, pid: u32, at: u64) {
