@@ -49,6 +49,8 @@ pub fn release_bin(name: &str) -> PathBuf {
 }
 
 pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
+    // First: the load average before anything of the bench ran.
+    let machine = report::Machine::here();
     bootstrap::toolchain()?;
     bootstrap::workload_deps()?;
     bootstrap::bench()?;
@@ -73,7 +75,6 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
                 "serve_load",
             ]),
     )?;
-    let machine = report::Machine::here();
     eprintln!("\n== bench 1/3: replay throughput (criterion)");
     let replay = replay::run()?;
     eprintln!(
@@ -98,6 +99,7 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         // A failed lab is reported in BENCHMARKS.md, not fatal to the other figures.
         Some(lab::run(o.rounds).map_err(|e| format!("{e:#}")))
     };
+    let load_after = report::loadavg();
     let md = report::markdown(&report::Inputs {
         machine: &machine,
         reproduce: &reproduce(o),
@@ -107,6 +109,7 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         serve: serve.as_ref(),
         lab: lab.as_ref().map(|r| r.as_ref()),
         fixtures: &report::fixture_sizes()?,
+        load_after: &load_after,
     });
     let path = cmd::repo_root().join("BENCHMARKS.md");
     std::fs::write(&path, md).with_context(|| format!("cannot write {}", path.display()))?;

@@ -14,6 +14,18 @@ pub struct Machine {
     pub mem: String,
     pub kernel: String,
     pub rustc: String,
+    /// /proc/loadavg's first three fields when the bench started.
+    pub load_before: String,
+}
+
+/// /proc/loadavg's first three fields.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Machine {
@@ -35,6 +47,7 @@ impl Machine {
             mem: first(&meminfo, "MemTotal"),
             kernel: out(Command::new("uname").arg("-r")),
             rustc: out(Command::new("rustc").arg("--version")),
+            load_before: loadavg(),
         }
     }
 }
@@ -48,6 +61,7 @@ pub struct Inputs<'a> {
     pub serve: Result<&'a super::serve::ServeLoad, &'a String>,
     pub lab: Option<Result<&'a LabResults, &'a String>>,
     pub fixtures: &'a [FixtureSize],
+    pub load_after: &'a str,
 }
 
 /// One committed real recording: as committed, and re-encoded in the current format.
@@ -454,10 +468,10 @@ pub fn markdown(i: &Inputs<'_>) -> String {
     let _ = writeln!(
         s,
         "Written by `{}` on {} — {} × {} ({} RAM), host kernel {}, {}. Measured binaries are \
-         release builds. The machine is shared: other builds ran on its 2 cores during the run, \
-         so timings are noisy (ratios are taken side by side, medians reported). A target that \
-         is not met is reported as measured, not rounded.\n",
-        i.reproduce, m.date, m.cpus, m.cpu, m.mem, m.kernel, m.rustc
+         release builds. Load average (1, 5, 15 min) before the run: {}; after it: {} (ratios \
+         are taken side by side, medians reported). A target that is not met is reported as \
+         measured, not rounded.\n",
+        i.reproduce, m.date, m.cpus, m.cpu, m.mem, m.kernel, m.rustc, m.load_before, i.load_after
     );
     replay_section(&mut s, i.replay);
     size_section(&mut s, i);
