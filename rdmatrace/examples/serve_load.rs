@@ -171,7 +171,12 @@ fn main() {
                 "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{s:08x}_1111_2222_3333_444455556666.slice/cri-containerd-{s:064x}.scope"
             ),
         );
-        stage.push(record(churn_pid, "loader", ts, Body::ProcessCgroup { id: cg }));
+        stage.push(record(
+            churn_pid,
+            "loader",
+            ts,
+            Body::ProcessCgroup { id: cg },
+        ));
         let create = Body::QpCreate {
             qp: qp_info("mlx5_1", qpn),
             ret: 0,

@@ -122,3 +122,29 @@ fn report_json_golden() {
     assert_eq!(first_rdma["target"], "rxe0 QPN 0x11");
     assert_eq!(first_rdma["comm"], "ib_write_bw");
 }
+
+const DEADPEER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/lab-deadpeer.rdmt"
+);
+
+/// rt-mover whose receiving QP is destroyed mid-transfer (recorded in the lab): one diagnosis,
+/// the sender's, with the flushes after its first error as consequences.
+#[test]
+fn report_diagnoses_text_golden() {
+    let out = run(&["report", DEADPEER]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let from = out.stdout.find("DIAGNOSES").expect("a DIAGNOSES section");
+    insta::assert_snapshot!(&out.stdout[from..]);
+}
+
+#[test]
+fn report_diagnoses_json_golden() {
+    let out = run(&["report", DEADPEER, "--json"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("json");
+    let d = &v["data"]["diagnoses"];
+    insta::assert_snapshot!(serde_json::to_string_pretty(d).expect("pretty"));
+    assert_eq!(d.as_array().map(Vec::len), Some(1), "{d:#}");
+    assert_eq!(d[0]["kind"], "peer_gone");
+}

@@ -352,6 +352,51 @@ fn lab_qp_table_names_qps_older_than_the_trace_and_qps_the_driver_put_in_err() {
         detail.contains("by the driver") && detail.contains("RETRY_EXC_ERR"),
         "{detail}"
     );
+    // One diagnosis: B's sender, whose peer QP went away first; A's healthy QPs get none.
+    let diags = r["data"]["diagnoses"].as_array().expect("diagnoses");
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    let d = &diags[0];
+    assert_eq!(d["kind"], json!("peer_gone"), "{d:#}");
+    assert_eq!(d["pid"], json!(b_pid), "{d:#}");
+    assert_eq!(d["qpn"], json!(bqpn), "{d:#}");
+    let (_, b_rqpn) = mover_qp(&b_out, "receiver");
+    let evidence = d["evidence"].to_string();
+    assert!(
+        evidence.contains(&format!("QP {b_rqpn:#x}")) && evidence.contains("destroyed"),
+        "the evidence names the destroyed peer QP: {d:#}"
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_remote_access_error_is_diagnosed_on_the_writing_qp() {
+    in_lab();
+    let dir = test_dir("lab-remote-access");
+    let file = dir.path().join("remote-access.rdmt");
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path], READY_TIMEOUT);
+    // The receiving buffer is registered without remote write: the first write is refused.
+    let (pid, out, code) = mover(&["--mib", "4", "--no-remote-write"], &[]);
+    sleep(Duration::from_millis(1500));
+    let rec = recorder.stop();
+    assert!(rec.status.success(), "{}", rec.stderr);
+    assert_eq!(code, Some(2), "the write must fail: {out}");
+    assert!(out.contains("remote access error"), "{out}");
+    let (sdev, sqpn) = mover_qp(&out, "sender");
+    let report = run(&["report", path, "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
+    let diags = r["data"]["diagnoses"].as_array().expect("diagnoses");
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    let d = &diags[0];
+    assert_eq!(d["kind"], json!("remote_access"), "{d:#}");
+    assert_eq!(d["pid"], json!(pid), "{d:#}");
+    assert_eq!(d["dev"], json!(sdev), "{d:#}");
+    assert_eq!(d["qpn"], json!(sqpn), "{d:#}");
+    assert!(
+        d["evidence"].to_string().contains("REM_ACCESS_ERR"),
+        "{d:#}"
+    );
 }
 
 #[test]

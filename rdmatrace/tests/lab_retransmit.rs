@@ -275,4 +275,11 @@ fn lab_blame_names_the_process_on_the_lossy_path_first() {
             .unwrap_or_else(|| panic!("{pid} not in {procs:#?}"));
         assert_eq!(p["verdict"], json!("rdma"), "{p}");
     }
+    // Loss that retransmissions repaired is not a fault of either program: no diagnosis.
+    assert_eq!(
+        r["data"]["diagnoses"],
+        json!([]),
+        "{:#}",
+        r["data"]["diagnoses"]
+    );
 }

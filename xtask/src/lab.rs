@@ -39,7 +39,7 @@ pub fn rxe_kernels() -> anyhow::Result<Vec<(PathBuf, String)>> {
             rxe.exists().then(|| (e.path(), ver))
         })
         .collect();
-    found.sort_by(|a, b| version_key(&a.1).cmp(&version_key(&b.1)));
+    found.sort_by_key(|a| version_key(&a.1));
     Ok(found)
 }
 

@@ -283,6 +283,32 @@ pub fn text(r: &Report, src: &Source) -> String {
             o += &format!("{dev} port {port} {name} +{delta}\n");
         }
     }
+    o += "\nDIAGNOSES (UTC, in time order; docs/diagnosis.md)\n";
+    if r.diagnoses.is_empty() {
+        o += "(none)\n";
+    }
+    for d in &r.diagnoses {
+        let at = match (&d.dev, d.qpn) {
+            (Some(dev), Some(q)) => format!(" {dev} QP {q:#x}"),
+            (Some(dev), None) => format!(" {dev}"),
+            _ => String::new(),
+        };
+        o += &format!(
+            "{} {} pid {} ({}){at}\n  cause: {}\n",
+            hms_millis(d.wall_ns),
+            d.kind,
+            d.pid,
+            d.comm,
+            d.cause
+        );
+        for e in &d.evidence {
+            o += &format!("  evidence: {e}\n");
+        }
+        o += &format!("  fix: {}\n", d.fix);
+        for c in &d.consequences {
+            o += &format!("  then: {c}\n");
+        }
+    }
     o += "\nANOMALIES (UTC, in time order)\n";
     if r.anomalies.is_empty() {
         o += "(none)\n";
@@ -363,6 +389,11 @@ pub fn to_json(r: &Report, src: &Source) -> Value {
             "count": b.count, "reasons": b.reasons,
         })).collect::<Vec<_>>(),
         "port_counters": r.port_counters.iter().map(|(d, p, n, v)| json!({"dev": d, "port": p, "name": n, "delta": v})).collect::<Vec<_>>(),
+        "diagnoses": r.diagnoses.iter().map(|d| json!({
+            "time": rfc3339(d.wall_ns), "kind": d.kind, "pid": d.pid, "comm": d.comm,
+            "dev": d.dev, "qpn": d.qpn, "cause": d.cause, "evidence": d.evidence, "fix": d.fix,
+            "consequences": d.consequences,
+        })).collect::<Vec<_>>(),
         "anomalies": r.anomalies.iter().map(|a| json!({
             "time": rfc3339(a.wall_ns), "pid": a.pid, "comm": a.comm, "dev": a.dev, "qpn": a.qpn,
             "kind": a.kind, "detail": a.detail,

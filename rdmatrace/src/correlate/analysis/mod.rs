@@ -8,6 +8,7 @@
 
 pub mod anomalies;
 pub mod blame;
+pub mod diagnosis;
 pub mod qps;
 pub mod verdict;
 
@@ -15,6 +16,7 @@ use std::collections::BTreeMap;
 
 pub use anomalies::Anomaly;
 pub use blame::{BlameRow, RETRANSMIT_COUNTERS};
+pub use diagnosis::Diagnosis;
 pub use qps::{QpLife, STUCK_NS};
 pub use verdict::{ProcStats, Verdict, TCP_DATA_THRESHOLD};
 
@@ -45,6 +47,8 @@ pub struct Report {
     /// per port (no per-QP source).
     pub port_counters: Vec<(CompactString, u32, String, u64)>,
     pub anomalies: Vec<Anomaly>,
+    /// Faults named with cause, evidence and fix, in time order.
+    pub diagnoses: Vec<Diagnosis>,
 }
 
 /// Cloneable so a live view (`top`) can take a report now and keep accumulating.
@@ -54,6 +58,7 @@ pub struct Analyzer {
     book: qps::QpBook,
     blame: blame::Blame,
     anomalies: anomalies::Anomalies,
+    diag: diagnosis::Diagnoser,
     traffic_measured: bool,
     first_wall_ns: u64,
     last_wall_ns: u64,
@@ -89,6 +94,8 @@ impl Analyzer {
         let kept: rustc_hash::FxHashSet<&QpKey> = self.book.qps.iter().map(|q| &q.key).collect();
         self.anomalies.forget_qps(|k| kept.contains(k));
         self.anomalies.trim(keep_anomalies);
+        self.diag.forget_qps(|k| kept.contains(k));
+        self.diag.trim(keep_anomalies);
     }
 
     /// The verdict of every process with something worth one, now (no copy of the rest: a
@@ -164,6 +171,7 @@ impl Analyzer {
             }
             Body::QpModify { qp, attrs, .. } => {
                 self.anomalies.modified(rec, &qp.key.dev, attrs);
+                self.diag.modified(&qp.key, attrs);
                 if let Some(q) = self.book.live_mut(&qp.key, state) {
                     if let Some(d) = attrs.dest_qpn {
                         q.peer_qpn = Some(d);
@@ -180,6 +188,7 @@ impl Analyzer {
                     }
                 }
             }
+            Body::Resource(r) if r.res_type == ResType::Cq => self.diag.resource(r),
             Body::Resource(r) if r.added && r.res_type == ResType::Ctx && r.owner_pid != 0 => {
                 let p = self.proc(r.owner_pid, &r.owner_comm);
                 p.ctx_opens += 1;
@@ -216,6 +225,7 @@ impl Analyzer {
             }
             Body::WcError(w) => {
                 self.anomalies.wc_error(rec, w);
+                self.diag.wc_error(rec, w);
                 if let Some(q) = self.book.latest_mut(&w.qp, state) {
                     q.wc_errors += 1;
                 }
@@ -263,7 +273,10 @@ impl Analyzer {
                 self.blame.port_counter(c);
             }
             Body::Port(p) => self.anomalies.port(rec, p),
-            Body::Async(a) => self.anomalies.async_event(rec, a),
+            Body::Async(a) => {
+                self.anomalies.async_event(rec, a);
+                self.diag.async_event(rec, a);
+            }
             Body::Cm(c) => self.anomalies.cm(rec, c),
             Body::Lost { count, cpu } => {
                 self.lost += count;
@@ -340,6 +353,7 @@ impl Analyzer {
                 }
                 if *to == QpState::Err {
                     self.anomalies.moved_to_err(rec, key, *from, *by_driver);
+                    self.diag.moved_to_err(key, *from, *by_driver);
                 }
             }
             QpChange::Gone { life, state, .. } => {
@@ -374,6 +388,7 @@ impl Analyzer {
             });
         }
         let processes = self.verdicts();
+        let diagnoses = self.diag.finish(&self.book.qps, self.traffic_measured);
         let (blame, port_counters) = self.blame.finish();
         let mut anomalies = self.anomalies.list;
         anomalies.sort_by_key(|a| a.ts_ns);
@@ -388,9 +403,12 @@ impl Analyzer {
             blame,
             port_counters,
             anomalies,
+            diagnoses,
         }
     }
 }
 
+#[cfg(test)]
+mod diagnosis_tests;
 #[cfg(test)]
 mod tests;

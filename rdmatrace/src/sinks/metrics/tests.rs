@@ -102,8 +102,14 @@ fn a_changed_verdict_or_name_replaces_the_series_and_nothing_else_is_touched() {
     let t = text(&reg);
     assert!(t.contains(r#"rdmatrace_qps{pid="8",comm="job2",container="",pod_uid="",dev="rxe0",state="RESET"} 1"#), "{t}");
     assert!(!t.contains(r#"rdmatrace_qps{pid="8",comm="job","#), "{t}");
-    assert!(t.contains(r#"rdmatrace_process_verdict{pid="8",comm="job2""#), "{t}");
-    assert!(!t.contains(r#"rdmatrace_process_verdict{pid="8",comm="job","#), "{t}");
+    assert!(
+        t.contains(r#"rdmatrace_process_verdict{pid="8",comm="job2""#),
+        "{t}"
+    );
+    assert!(
+        !t.contains(r#"rdmatrace_process_verdict{pid="8",comm="job","#),
+        "{t}"
+    );
 }
 
 fn churn(sink: &mut MetricsSink, st: &mut Correlator, pid: u32, at: u64) {

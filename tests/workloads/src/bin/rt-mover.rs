@@ -4,13 +4,16 @@
 //!
 //! Usage: `rt-mover --from-dev rxe0 --to-dev rxe1 [--mib 64] [--transport rdma|tcp]
 //!         [--events] [--retry-cnt N] [--kill-peer-after-mib M] [--gid-index 1]
-//!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S] [--chunk-kib K]`
+//!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S] [--chunk-kib K]
+//!         [--no-remote-write]`
 //!
 //! RDMA: RC QPs, signaled RDMA WRITEs of `--chunk-kib` (64) KiB, 16 in flight; `--events` waits on a
 //! completion channel instead of polling. `--kill-peer-after-mib M` destroys the receiving QP
 //! after M MiB: the sender's writes then fail with a transport retry error (use a small
 //! `--retry-cnt`: rxe retries forever at 7). `--linger-secs S` keeps the process and its QPs
 //! (errored or not) for S seconds before exiting, like a job that hangs on to a broken QP.
+//! `--no-remote-write` registers the receiving buffer without remote write access, as a
+//! program that forgot the flag would: the first write fails with a remote access error.
 //!
 //! Output: `rt-mover: pid P transport T sender DEV qpn 0xN receiver DEV qpn 0xN`, then
 //! `rt-mover: moved B bytes`, or `rt-mover: wc error status S (TEXT) qpn 0xN` and exit code 2.
@@ -37,6 +40,7 @@ struct Opts {
     to: String,
     linger: std::time::Duration,
     chunk: usize,
+    no_remote_write: bool,
 }
 
 fn opts() -> anyhow::Result<Opts> {
@@ -53,6 +57,7 @@ fn opts() -> anyhow::Result<Opts> {
         to: "192.0.2.2".into(),
         linger: std::time::Duration::ZERO,
         chunk: 64 << 10,
+        no_remote_write: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -70,6 +75,7 @@ fn opts() -> anyhow::Result<Opts> {
             "--to" => o.to = val()?,
             "--linger-secs" => o.linger = std::time::Duration::from_secs_f64(val()?.parse()?),
             "--chunk-kib" => o.chunk = val()?.parse::<usize>()? << 10,
+            "--no-remote-write" => o.no_remote_write = true,
             other => bail!("unknown argument {other:?}"),
         }
     }
@@ -106,10 +112,12 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     let mut sbuf = vec![0xa5u8; chunk];
     let mut dbuf = vec![0u8; chunk * DEPTH];
     let smr = src.reg_mr(&mut sbuf, acc::IBV_ACCESS_LOCAL_WRITE.0)?;
-    let dmr = dst.reg_mr(
-        &mut dbuf,
-        acc::IBV_ACCESS_LOCAL_WRITE.0 | acc::IBV_ACCESS_REMOTE_WRITE.0,
-    )?;
+    let remote = if o.no_remote_write {
+        0
+    } else {
+        acc::IBV_ACCESS_REMOTE_WRITE.0
+    };
+    let dmr = dst.reg_mr(&mut dbuf, acc::IBV_ACCESS_LOCAL_WRITE.0 | remote)?;
     let s_end = Endpoint {
         qpn: sqp.qpn(),
         gid: src.gid(i32::from(o.gid_index))?,

@@ -1,0 +1,187 @@
+//! Diagnoses from record sequences as real programs produce them.
+use super::*;
+use crate::correlate::Correlator;
+use crate::event::{AsyncElement, AsyncEvent, ModifyAttrs, QpTrafficDelta, Resource, WcError};
+use crate::testing::{qp_info, record as rec};
+
+#[derive(Default)]
+struct Analysis {
+    state: Correlator,
+    analyzer: Analyzer,
+}
+
+impl Analysis {
+    fn push(&mut self, pid: u32, comm: &str, ts: u64, body: Body) {
+        let mut r = rec(pid, comm, ts, body);
+        self.state.observe(&mut r);
+        self.analyzer.push(&r, &self.state);
+    }
+    fn finish(self) -> Report {
+        self.analyzer.finish()
+    }
+}
+
+/// A modify of RC QP `qpn` on rxe0 to `to`, with extra attributes.
+fn modify(qpn: u32, to: QpState, f: impl Fn(&mut ModifyAttrs)) -> Body {
+    let mut attrs = ModifyAttrs {
+        attr_mask: 1,
+        new_state: Some(to),
+        ..Default::default()
+    };
+    f(&mut attrs);
+    Body::QpModify {
+        qp: qp_info("rxe0", qpn),
+        attrs,
+        ret: 0,
+    }
+}
+
+/// QP `qpn` of `pid`, connected to `peer`, in RTS.
+fn connected(a: &mut Analysis, pid: u32, comm: &str, qpn: u32, peer: u32) {
+    let create = Body::QpCreate {
+        qp: qp_info("rxe0", qpn),
+        ret: 0,
+    };
+    a.push(pid, comm, 1, create);
+    a.push(pid, comm, 2, modify(qpn, QpState::Init, |_| {}));
+    a.push(
+        pid,
+        comm,
+        3,
+        modify(qpn, QpState::Rtr, |m| m.dest_qpn = Some(peer)),
+    );
+    a.push(
+        pid,
+        comm,
+        4,
+        modify(qpn, QpState::Rts, |m| {
+            m.timeout = Some(14);
+            m.retry_cnt = Some(7);
+            m.rnr_retry = Some(0);
+        }),
+    );
+}
+
+fn wc(qpn: u32, pid: u32, comm: &str, status: &str) -> Body {
+    Body::WcError(WcError {
+        qp: qp_info("rxe0", qpn).key,
+        cqn: 3,
+        status: status.into(),
+        vendor_err: 0,
+        owner_pid: pid,
+        owner_comm: comm.into(),
+    })
+}
+
+fn traffic(qpn: u32, pid: u32, tx: u64, rx: u64) -> Body {
+    Body::QpTraffic(QpTrafficDelta {
+        qp: qp_info("rxe0", qpn),
+        tx_packets: tx,
+        tx_bytes: tx * 1024,
+        rx_packets: rx,
+        rx_bytes: rx * 64,
+        owner_pid: pid,
+        owner_comm: "x".into(),
+    })
+}
+
+#[test]
+fn rnr_names_the_receiver_and_lists_the_flushes_under_it() {
+    let mut a = Analysis::default();
+    connected(&mut a, 7, "sender", 0x11, 0x12);
+    connected(&mut a, 8, "receiver", 0x12, 0x11);
+    a.push(0, "", 10, wc(0x11, 7, "sender", "RNR_RETRY_EXC_ERR"));
+    for ts in 11..16 {
+        a.push(0, "", ts, wc(0x11, 7, "sender", "WR_FLUSH_ERR"));
+    }
+    let r = a.finish();
+    assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
+    let d = &r.diagnoses[0];
+    assert_eq!((d.kind, d.pid, d.qpn), ("rnr", 7, Some(0x11)));
+    assert!(d.cause.contains("receiver pid 8 (receiver)"), "{}", d.cause);
+    assert!(
+        d.evidence.iter().any(|e| e == "rnr_retry 0 on QP 0x11"),
+        "{:?}",
+        d.evidence
+    );
+    assert_eq!(d.consequences, ["5 work request(s) flushed (WR_FLUSH_ERR)"]);
+}
+
+#[test]
+fn a_teardown_that_flushes_is_not_a_fault() {
+    let mut a = Analysis::default();
+    connected(&mut a, 7, "qperf", 0x11, 0x12);
+    a.push(7, "qperf", 10, modify(0x11, QpState::Err, |_| {}));
+    for ts in 11..14 {
+        a.push(0, "", ts, wc(0x11, 7, "qperf", "WR_FLUSH_ERR"));
+    }
+    let r = a.finish();
+    assert!(r.diagnoses.is_empty(), "{:#?}", r.diagnoses);
+}
+
+#[test]
+fn a_cq_overrun_is_the_cq_owners_not_the_kernel_workers() {
+    let mut a = Analysis::default();
+    let cq = Body::Resource(Resource {
+        added: true,
+        res_type: ResType::Cq,
+        dev: "rxe0".into(),
+        id: 5,
+        owner_pid: 9,
+        owner_comm: "poller".into(),
+        user: true,
+        cq: Some((16, 0)),
+        mr: None,
+    });
+    a.push(9, "poller", 1, cq);
+    let ev = Body::Async(AsyncEvent {
+        dev: "rxe0".into(),
+        event: "CQ_ERR".into(),
+        element: AsyncElement::Cq(5),
+        source: "uverbs",
+        owner_pid: 0,
+        owner_comm: Default::default(),
+    });
+    a.push(31, "kworker/0:1", 2, ev);
+    let r = a.finish();
+    assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
+    let d = &r.diagnoses[0];
+    assert_eq!(
+        (d.kind, d.pid, d.comm.as_str()),
+        ("cq_overrun", 9, "poller")
+    );
+    assert!(d.cause.contains("CQ#5 of 16 entries"), "{}", d.cause);
+}
+
+#[test]
+fn retries_exceeded_is_unreachable_without_any_answer_and_peer_gone_after_the_peer_ended() {
+    // Nothing ever came back.
+    let mut a = Analysis::default();
+    connected(&mut a, 7, "client", 0x11, 0x99);
+    a.push(0, "", 5, traffic(0x11, 7, 8, 0));
+    a.push(0, "", 9, wc(0x11, 7, "client", "RETRY_EXC_ERR"));
+    let r = a.finish();
+    assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
+    assert_eq!(r.diagnoses[0].kind, "unreachable");
+    assert!(r.diagnoses[0]
+        .evidence
+        .iter()
+        .any(|e| e.contains("local ACK timeout 67.1 ms") && e.contains("retry_cnt 7")));
+
+    // Traffic flowed both ways, then the peer destroyed its QP.
+    let mut a = Analysis::default();
+    connected(&mut a, 7, "client", 0x11, 0x12);
+    connected(&mut a, 8, "server", 0x12, 0x11);
+    a.push(0, "", 5, traffic(0x11, 7, 100, 100));
+    let destroy = Body::QpDestroy {
+        qp: qp_info("rxe0", 0x12),
+        ret: 0,
+    };
+    a.push(8, "server", 6, destroy);
+    a.push(0, "", 9, wc(0x11, 7, "client", "RETRY_EXC_ERR"));
+    let r = a.finish();
+    assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
+    let d = &r.diagnoses[0];
+    assert_eq!((d.kind, d.pid), ("peer_gone", 7));
+    assert!(d.cause.contains("pid 8 server"), "{}", d.cause);
+}
