@@ -164,7 +164,8 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
     assert_eq!(verdict_of(u64::from(cpid)), Some(json!("rdma")));
     assert_eq!(verdict_of(tcp_pid), Some(json!("tcp")));
     assert_eq!(verdict_of(u64::from(mv_rdma)), Some(json!("rdma")));
-    assert_eq!(verdict_of(u64::from(mv_tcp)), Some(json!("tcp_fallback"))); // Healthy programs: no diagnosis.
+    assert_eq!(verdict_of(u64::from(mv_tcp)), Some(json!("tcp_fallback")));
+    // Healthy programs: no diagnosis.
     assert_eq!(
         r["data"]["diagnoses"],
         json!([]),

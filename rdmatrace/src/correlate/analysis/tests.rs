@@ -122,6 +122,29 @@ fn rdma_with_a_small_tcp_control_channel_is_rdma_and_big_tcp_makes_it_mixed() {
 }
 
 #[test]
+fn a_tcp_bootstrap_without_rdma_or_data_is_idle_not_tcp() {
+    // Two MPI ranks on one host: shared memory for the data, 5 KiB of TCP to find each other.
+    let mut a = Analysis::default();
+    a.push(&rec(4, "rank0", 1, tcp(5 << 10)));
+    a.push(&rec(5, "rank1", 1, tcp(5 << 10)));
+    let r = a.finish();
+    assert_eq!(verdict_of(&r, 4), Verdict::Idle);
+    assert_eq!(verdict_of(&r, 5), Verdict::Idle);
+    let p = r
+        .processes
+        .iter()
+        .find(|p| p.stats.pid == 4)
+        .expect("rank0");
+    assert!(
+        p.evidence
+            .iter()
+            .any(|e| e.contains("below the data threshold")),
+        "{:?}",
+        p.evidence
+    );
+}
+
+#[test]
 fn never_touching_rdma_is_tcp_and_a_qp_stuck_in_rtr_is_an_anomaly() {
     let mut a = Analysis::default();
     a.push(&rec(2, "curl", 1, tcp(5 << 20)));

@@ -118,9 +118,11 @@ pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
     let rdma = p.rdma_tx_bytes + p.rdma_rx_bytes;
     let tcp_data = tcp >= TCP_DATA_THRESHOLD;
     if !touched {
-        if tcp > 0 {
+        // A few KiB of TCP (a bootstrap, a health check) is not a transport for data: two MPI
+        // ranks that moved their data through shared memory are idle, not tcp.
+        if tcp_data {
             Verdict::Tcp
-        } else if p.retrans_tcp > 0 {
+        } else if tcp == 0 && p.retrans_tcp > 0 {
             Verdict::Unknown
         } else {
             Verdict::Idle
@@ -196,6 +198,12 @@ pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) 
     let verdict = classify(p, traffic_measured);
     if verdict == Verdict::Unknown && !touched {
         ev.push("TCP retransmits seen but no byte counts (TCP byte probes off?)".into());
+    }
+    if verdict == Verdict::Idle && !touched && tcp > 0 {
+        ev.push(format!(
+            "TCP below the data threshold ({}): control traffic only",
+            size(TCP_DATA_THRESHOLD)
+        ));
     }
     if verdict == Verdict::Rdma && tcp > 0 {
         ev.push(format!(

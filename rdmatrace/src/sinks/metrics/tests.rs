@@ -71,8 +71,8 @@ fn a_changed_verdict_or_name_replaces_the_series_and_nothing_else_is_touched() {
             rx_calls: 0,
         })
     };
-    // TCP only: tcp; once it opened a QP and moved little over TCP: idle.
-    feed(&mut sink, &mut st, record(9, "loader", 1, tcp(100)));
+    // TCP only: tcp; once it also created a QP that never connected: tcp_fallback.
+    feed(&mut sink, &mut st, record(9, "loader", 1, tcp(64 << 20)));
     let create = |qpn| Body::QpCreate {
         qp: qp_info("rxe0", qpn),
         ret: 0,
@@ -94,7 +94,7 @@ fn a_changed_verdict_or_name_replaces_the_series_and_nothing_else_is_touched() {
     feed(&mut sink, &mut st, record(9, "loader", 2, create(0x22)));
     sink.refresh(&st);
     let t = text(&reg);
-    assert!(t.contains(&v9("idle")), "{t}");
+    assert!(t.contains(&v9("tcp_fallback")), "{t}");
     assert!(!t.contains(&v9("tcp")), "{t}");
     // The QP owner renames itself (exec): its verdict and QP gauge move to the new name.
     feed(&mut sink, &mut st, record(8, "job2", 3, tcp(1)));
