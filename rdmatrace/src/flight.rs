@@ -325,6 +325,7 @@ fn copy(path: &Path, out: &mut RecordingWriter<File>) -> io::Result<()> {
             Entry::Lost { ts_ns, count, cpu } => out.lost(ts_ns, cpu, count),
             Entry::Symbol { pid, addr, name } => out.symbol(pid, addr, name),
             Entry::Cgroup { id, path } => out.cgroup(id, path),
+            Entry::Env { pid, name, value } => out.env(pid, name, value),
         };
         if let Err(e) = r {
             err = Some(e);
@@ -347,6 +348,10 @@ impl Sink for FlightRecorder {
 
     fn cgroup(&mut self, id: u64, path: &str) -> io::Result<()> {
         self.writer()?.cgroup(id, path)
+    }
+
+    fn env(&mut self, pid: u32, name: &str, value: &str) -> io::Result<()> {
+        self.writer()?.env(pid, name, value)
     }
 
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {

@@ -14,6 +14,7 @@ pub mod config;
 pub mod container;
 pub mod correlate;
 pub mod decode;
+pub mod environ;
 pub mod event;
 pub mod exporter;
 pub mod flame;

@@ -12,6 +12,7 @@ use crate::{
     container::CgroupPaths,
     correlate::{filter::Filter, Correlator},
     decode::{decode, DecodeError},
+    environ::EnvReader,
     event::Record,
     recording::Entry,
     sinks::Sink,
@@ -34,6 +35,8 @@ pub struct Stage<S: Sink> {
     /// Cgroup ids looked up and not found: each is walked for once (up to
     /// [`MAX_CGROUPS_NOT_FOUND`]).
     cgroups_tried: FxHashSet<u64>,
+    /// Live only: reads each process's transport variables once.
+    env: Option<EnvReader>,
     sink: S,
     /// Records seen (before filtering).
     pub events: u64,
@@ -54,6 +57,7 @@ impl<S: Sink> Stage<S> {
             resolver: None,
             cgroup_paths: None,
             cgroups_tried: FxHashSet::default(),
+            env: None,
             sink,
             events: 0,
             decode_errors: 0,
@@ -73,6 +77,13 @@ impl<S: Sink> Stage<S> {
     /// them to the sink before the first record that names them.
     pub fn with_cgroup_paths(mut self, paths: CgroupPaths) -> Stage<S> {
         self.cgroup_paths = Some(paths);
+        self
+    }
+
+    /// Live: reads the transport variables (an allowlist, `crate::environ`) of each process
+    /// when first seen, and hands them to the correlator and the sink after that record.
+    pub fn with_environ(mut self) -> Stage<S> {
+        self.env = Some(EnvReader::default());
         self
     }
 
@@ -127,7 +138,13 @@ impl<S: Sink> Stage<S> {
         match decoded {
             Ok(mut rec) => {
                 self.symbols.annotate(&mut rec);
+                let vars = self.env.as_mut().and_then(|e| e.for_record(&rec));
                 self.push(rec);
+                if let Some((pid, vars)) = vars {
+                    for (name, value) in &vars {
+                        self.env(pid, name, value);
+                    }
+                }
             }
             Err(e) => {
                 self.decode_errors += 1;
@@ -169,6 +186,13 @@ impl<S: Sink> Stage<S> {
         self.check(r);
     }
 
+    /// Transport variable `name` of process `pid` is `value`.
+    pub fn env(&mut self, pid: u32, name: &str, value: &str) {
+        self.state.env_seen(pid, name, value);
+        let r = self.sink.env(pid, name, value);
+        self.check(r);
+    }
+
     /// One entry of a recording.
     pub fn entry(&mut self, entry: Entry<'_>) {
         match entry {
@@ -176,6 +200,7 @@ impl<S: Sink> Stage<S> {
             Entry::Lost { ts_ns, count, cpu } => self.lost(count, cpu, ts_ns),
             Entry::Symbol { pid, addr, name } => self.symbol(pid, addr, name),
             Entry::Cgroup { id, path } => self.cgroup(id, path),
+            Entry::Env { pid, name, value } => self.env(pid, name, value),
         }
     }
 

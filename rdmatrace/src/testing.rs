@@ -122,7 +122,7 @@ pub fn synthetic_header() -> Header {
 
 /// `tests/fixtures/synthetic-all-kinds.rdmt`: one record of every kind the probes and
 /// samplers write (both retransmit transports, a failed and a successful modify, a named
-/// stack), plus a loss and symbol entries — so every output is shown every kind.
+/// stack), plus a loss, symbol, cgroup and env entries — so every output is shown every kind.
 /// The synthetic trainer's cgroup: a burstable pod's containerd container.
 pub const SYNTHETIC_CGROUP: &str = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice/cri-containerd-3f2a1b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708.scope";
 /// Its cgroup id.
@@ -143,6 +143,10 @@ pub fn all_kinds() -> Vec<u8> {
     ev.header = g.header(EventKind::ProcessExec, pid, comm);
     ev.ppid = 1;
     g.put(&ev);
+    // Its transport variables, read after its exec (a choice that keeps RDMA on).
+    if let Err(e) = g.w.env(pid, "UCX_TLS", "rc,sm,self") {
+        panic!("{e}");
+    }
 
     let mut p: PortSample = zeroed();
     p.header = g.header(EventKind::Port, 0, "");

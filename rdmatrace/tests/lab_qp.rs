@@ -485,3 +485,31 @@ fn lab_path_mtu_above_the_port_mtu_is_named_as_the_cause() {
     );
     assert_eq!(client["dev"], json!("rxe0"), "{client}");
 }
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_cq_overflow_is_diagnosed_on_the_cq_owner_not_a_kernel_worker() {
+    in_lab();
+    let dir = test_dir("lab-cq-overrun");
+    let file = dir.path().join("cq-overrun.rdmt");
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path], READY_TIMEOUT);
+    // A CQ of one entry, 16 signaled writes, never polled.
+    let (pid, out, code) = mover(&["--mib", "1", "--overflow-cq"], &[]);
+    sleep(Duration::from_millis(1500));
+    let rec = recorder.stop();
+    assert!(rec.status.success(), "{}", rec.stderr);
+    assert_eq!(code, Some(3), "{out}");
+    let report = run(&["report", path, "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
+    let diags = r["data"]["diagnoses"].as_array().expect("diagnoses");
+    let d = diags
+        .iter()
+        .find(|d| d["kind"] == json!("cq_overrun"))
+        .unwrap_or_else(|| panic!("no cq_overrun: {diags:#?}\n{out}"));
+    assert_eq!(d["pid"], json!(pid), "{d:#}");
+    assert_eq!(d["comm"], json!("rt-mover"), "{d:#}");
+    let (sdev, _) = mover_qp(&out, "sender");
+    assert_eq!(d["dev"], json!(sdev), "{d:#}");
+}

@@ -173,3 +173,88 @@ fn lab_verdicts_tell_rdma_from_tcp_fallback_and_plain_tcp() {
         r["data"]["diagnoses"]
     );
 }
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_transport_variable_that_turns_rdma_off_is_named_and_no_other_variable_is_kept() {
+    in_lab();
+    let dir = test_dir("lab-transport-env");
+    let file = dir.path().join("env.rdmt");
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path], READY_TIMEOUT);
+    // Opens both devices and creates its QPs, then moves its data over TCP (RT_TRANSPORT is
+    // the workload's own switch); NCCL_IB_DISABLE=1 is in its environment, as in a job that
+    // was told not to use RDMA. A secret beside it must not be read into the recording.
+    let secret = "rdmatrace-lab-secret-4711";
+    let (fb_pid, fb_out, code) = mover(
+        &["--mib", "8"],
+        &[
+            ("RT_TRANSPORT", "tcp"),
+            ("NCCL_IB_DISABLE", "1"),
+            ("RT_PRIVATE_TOKEN", secret),
+        ],
+    );
+    assert_eq!(code, Some(0), "{fb_out}");
+    // A healthy RDMA job naming its device: a transport variable that disables nothing.
+    let (ok_pid, ok_out, code) = mover(&["--mib", "8"], &[("NCCL_IB_HCA", "rxe0")]);
+    assert_eq!(code, Some(0), "{ok_out}");
+    sleep(Duration::from_millis(2500));
+    let rec = recorder.stop();
+    assert!(rec.status.success(), "{}", rec.stderr);
+
+    let report = run(&["report", path, "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
+    let procs = r["data"]["processes"].as_array().expect("processes");
+    let proc_of = |pid: u32| {
+        procs
+            .iter()
+            .find(|p| p["pid"] == json!(pid))
+            .unwrap_or_else(|| panic!("{pid} not in {procs:#?}"))
+    };
+    assert_eq!(proc_of(fb_pid)["verdict"], json!("tcp_fallback"));
+    assert_eq!(
+        proc_of(fb_pid)["transport_env"],
+        json!({"NCCL_IB_DISABLE": "1"}),
+        "{:#}",
+        proc_of(fb_pid)
+    );
+    assert_eq!(proc_of(ok_pid)["verdict"], json!("rdma"));
+    assert_eq!(
+        proc_of(ok_pid)["transport_env"],
+        json!({"NCCL_IB_HCA": "rxe0"})
+    );
+    let diags = r["data"]["diagnoses"].as_array().expect("diagnoses");
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0]["kind"], json!("transport_disabled_by_env"));
+    assert_eq!(diags[0]["pid"], json!(fb_pid));
+    assert!(
+        diags[0]["cause"]
+            .as_str()
+            .unwrap_or("")
+            .contains("NCCL_IB_DISABLE=1"),
+        "{:#}",
+        diags[0]
+    );
+
+    // The recording holds allowlisted names only, and never the secret.
+    let recording = rdmatrace::recording::reader::Recording::open(&file).expect("open");
+    let mut names = Vec::new();
+    let mut leaked = false;
+    recording.replay(|e| match e {
+        rdmatrace::recording::Entry::Env { name, value, .. } => {
+            names.push(name.to_string());
+            leaked |= value.contains(secret);
+        }
+        rdmatrace::recording::Entry::Event(b) => {
+            leaked |= b.windows(secret.len()).any(|w| w == secret.as_bytes());
+        }
+        _ => {}
+    });
+    assert!(!leaked, "the secret reached the recording");
+    assert!(
+        names.iter().all(|n| rdmatrace::environ::allowed(n)),
+        "{names:?}"
+    );
+    assert!(names.iter().any(|n| n == "NCCL_IB_DISABLE"), "{names:?}");
+}

@@ -288,9 +288,35 @@ mod flight {
     }
 }
 
+/// The endpoint of an agent whose probes are not attached yet answers 503 "starting" (not a
+/// refused connection, not a hang), then 200 once ready. Deterministic: the exporter alone.
+#[test]
+fn a_scrape_of_a_half_started_agent_gets_a_clear_503() {
+    let (_, registry) = rdmatrace::sinks::metrics::Families::new();
+    let ex = rdmatrace::exporter::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        std::sync::Arc::new(registry),
+    )
+    .expect("listen");
+    let addr = ex.addr.to_string();
+    let (status, _, body) = try_http(&addr, "GET", "/metrics", &[]).expect("scrape");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("starting"), "{body}");
+    let (status, _, body) = try_http(&addr, "GET", "/healthz", &[]).expect("healthz");
+    assert_eq!(status, 503, "{body}");
+    ex.set_ready();
+    let (status, _, body) = try_http(&addr, "GET", "/metrics", &[]).expect("scrape");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("rdmatrace_lost_events_total"), "{body}");
+}
+
+/// The live agent: scrapes from its first moment get 503 "starting" or, once the probes are
+/// attached, 200 with `rdmatrace_up 1` — never anything else; SIGTERM ends it cleanly. (Whether
+/// a scrape lands inside the loading window depends on scheduling: the 503 itself is checked
+/// deterministically above.)
 #[test]
 #[ignore = "needs root: serves live, with eBPF"]
-fn root_a_scrape_of_a_half_started_agent_gets_a_clear_503() {
+fn root_a_starting_agent_answers_503_then_200_and_ends_cleanly() {
     use std::io::{BufRead as _, BufReader};
     // A fixed port picked free now: the scrapes must reach the agent before it says where.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -321,9 +347,9 @@ fn root_a_scrape_of_a_half_started_agent_gets_a_clear_503() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
-    assert!(
-        seen.iter().any(|(s, _)| *s == 503),
-        "no scrape landed while the probes loaded (they loaded before the first connect?)"
+    eprintln!(
+        "{} scrape(s) landed while the probes loaded",
+        seen.iter().filter(|(s, _)| *s == 503).count()
     );
     let body = &seen.last().expect("a 200").1;
     assert!(body.contains("\nrdmatrace_up 1\n"), "{body}");

@@ -74,9 +74,11 @@ impl Live {
     }
 
     /// A stage for this live trace: wall time through `anchor`, cgroup ids named from the
-    /// cgroup2 mount while they exist.
+    /// cgroup2 mount while they exist, each process's transport variables read once.
     pub fn stage<S: Sink>(&self, anchor: ClockAnchor, filter: Filter, sink: S) -> Stage<S> {
-        Stage::new(anchor, filter, sink).with_cgroup_paths(CgroupPaths::new(cgroup2_root()))
+        Stage::new(anchor, filter, sink)
+            .with_cgroup_paths(CgroupPaths::new(cgroup2_root()))
+            .with_environ()
     }
 
     /// Runs `command` (if any) traced with its descendants; see [`load_options`].

@@ -107,6 +107,10 @@ pub struct Correlator {
     change: Option<QpChange>,
     /// Each process's cgroup, container and pod.
     cgroups: Cgroups,
+    /// CQ owners by (device, restrack id), from the resource tracker, while the CQs exist.
+    cqs: FxHashMap<(CompactString, u32), (u32, CompactString)>,
+    /// Each process's transport variables (allowlisted environment), while it lives.
+    envs: FxHashMap<u32, Vec<(CompactString, String)>>,
 }
 
 impl Correlator {
@@ -170,16 +174,37 @@ impl Correlator {
             },
             Body::ProcessExit { .. } => {
                 self.comms.remove(&rec.pid);
+                self.envs.remove(&rec.pid);
                 self.cgroups.exit(rec.pid, rec.ts_ns);
             }
+            // Another program: its environment is read again.
+            Body::ProcessExec { .. } => {
+                self.envs.remove(&rec.pid);
+            }
             Body::ProcessCgroup { id } => self.cgroups.seen(rec.pid, *id),
-            // QP async events are delivered from work queues: the QP's creator owns them.
-            Body::Async(a) => {
-                if let crate::event::AsyncElement::Qp(key) = &a.element {
+            // QP and CQ async events are delivered from work queues: the QP's or CQ's creator
+            // owns them.
+            Body::Async(a) => match &a.element {
+                crate::event::AsyncElement::Qp(key) => {
                     if let Some(t) = self.qps.get(key) {
                         a.owner_pid = t.owner_pid;
                         a.owner_comm = t.owner_comm.clone();
                     }
+                }
+                crate::event::AsyncElement::Cq(id) => {
+                    if let Some((pid, comm)) = self.cqs.get(&(a.dev.clone(), *id)) {
+                        a.owner_pid = *pid;
+                        a.owner_comm = comm.clone();
+                    }
+                }
+                _ => {}
+            },
+            Body::Resource(r) if r.res_type == crate::event::ResType::Cq => {
+                let key = (r.dev.clone(), r.id);
+                if r.added && r.owner_pid != 0 {
+                    self.cqs.insert(key, (r.owner_pid, r.owner_comm.clone()));
+                } else if !r.added {
+                    self.cqs.remove(&key);
                 }
             }
             Body::QpTraffic(t) if t.owner_pid == 0 => {
@@ -309,6 +334,20 @@ impl Correlator {
 
     pub fn cgroups(&self) -> &Cgroups {
         &self.cgroups
+    }
+
+    /// Process `pid` has transport variable `name` set to `value` (read by the recorder).
+    pub fn env_seen(&mut self, pid: u32, name: &str, value: &str) {
+        let vars = self.envs.entry(pid).or_default();
+        match vars.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => *v = value.to_string(),
+            None => vars.push((name.into(), value.to_string())),
+        }
+    }
+
+    /// The transport variables of process `pid` (empty when none were read).
+    pub fn env_of(&self, pid: u32) -> &[(CompactString, String)] {
+        self.envs.get(&pid).map_or(&[], Vec::as_slice)
     }
 
     /// Cgroup `id` is at `path` (the recorder resolved it).

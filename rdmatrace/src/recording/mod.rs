@@ -40,6 +40,11 @@
 //! before the first `ProcessCgroup` event that names `id` (a version 1 to 3 file holding it is
 //! damaged).
 //!
+//! Version 5 adds [`TAG_ENV`]: `pid u32 | name UTF-8 | 0 | value UTF-8` (little endian): one
+//! transport variable of process `pid`'s environment (only names on the allowlist of
+//! `crate::environ`), read by the recorder when the process was first seen, written after the
+//! record that made it read them.
+//!
 //! Every chunk starts from a clean state (previous `ts_ns` 0, empty task table), so chunks
 //! stay independently decodable.
 //!
@@ -54,7 +59,7 @@ pub mod writer;
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &[u8; 8] = b"RDMATRC\0";
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Oldest version this reader still reads (1: no symbol entries).
 pub const MIN_VERSION: u32 = 1;
 pub const CHUNK_MAGIC: &[u8; 4] = b"CHNK";
@@ -72,6 +77,8 @@ pub const TAG_EVENT_COMPACT: u8 = 4;
 pub const TAG_LOST_CPU: u8 = 5;
 /// Version 4: a cgroup id's path.
 pub const TAG_CGROUP: u8 = 6;
+/// Version 5: a transport variable of a process's environment.
+pub const TAG_ENV: u8 = 7;
 /// Largest JSON header a version-3 reader decompresses.
 pub const MAX_HEADER: u32 = 1 << 20;
 /// The LZ4 dictionary of version-3 headers: a typical header (a lab recording's probe report)
@@ -116,5 +123,11 @@ pub enum Entry<'a> {
     Cgroup {
         id: u64,
         path: &'a str,
+    },
+    /// Process `pid` has transport variable `name` set to `value` (version 5).
+    Env {
+        pid: u32,
+        name: &'a str,
+        value: &'a str,
     },
 }

@@ -7,8 +7,8 @@ use std::{fmt, path::Path};
 use super::{
     compact::{Decoder, Order},
     Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MAX_CHUNK,
-    MAX_HEADER, MIN_VERSION, TAG_CGROUP, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU,
-    TAG_SYMBOL, VERSION,
+    MAX_HEADER, MIN_VERSION, TAG_CGROUP, TAG_ENV, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST,
+    TAG_LOST_CPU, TAG_SYMBOL, VERSION,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -463,6 +463,15 @@ fn entries(
                 let path = std::str::from_utf8(&body[8..])
                     .map_err(|e| format!("cgroup entry at payload byte {i} is not UTF-8: {e}"))?;
                 f(Entry::Cgroup { id, path });
+            }
+            TAG_ENV if len >= 5 && version >= 5 => {
+                let pid = u32::from_le_bytes(body[..4].try_into().unwrap_or_default());
+                let text = std::str::from_utf8(&body[4..])
+                    .map_err(|e| format!("env entry at payload byte {i} is not UTF-8: {e}"))?;
+                let (name, value) = text
+                    .split_once('\0')
+                    .ok_or_else(|| format!("env entry at payload byte {i} has no value"))?;
+                f(Entry::Env { pid, name, value });
             }
             other => {
                 return Err(format!(

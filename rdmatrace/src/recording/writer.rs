@@ -9,7 +9,7 @@ use std::{
 
 use super::{
     compact::{Encoder, Order},
-    Header, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MIN_VERSION, TAG_CGROUP, TAG_EVENT,
+    Header, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MIN_VERSION, TAG_CGROUP, TAG_ENV, TAG_EVENT,
     TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
 };
 
@@ -174,6 +174,24 @@ impl<W: Write> RecordingWriter<W> {
         self.entry(TAG_CGROUP, &b)
     }
 
+    /// Transport variable `name` of process `pid` is `value` (version 5; older formats cannot
+    /// hold it and skip it). Values longer than an entry allows are cut.
+    pub fn env(&mut self, pid: u32, name: &str, value: &str) -> io::Result<()> {
+        if self.version < 5 || name.contains('\0') {
+            return Ok(());
+        }
+        let mut end = value.len().min(1024);
+        while !value.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut b = Vec::with_capacity(5 + name.len() + end);
+        b.extend_from_slice(&pid.to_le_bytes());
+        b.extend_from_slice(name.as_bytes());
+        b.push(0);
+        b.extend_from_slice(&value.as_bytes()[..end]);
+        self.entry(TAG_ENV, &b)
+    }
+
     /// Writes the pending entries as one chunk (nothing when there are none).
     pub fn flush_chunk(&mut self) -> io::Result<()> {
         if self.entries == 0 {
@@ -226,6 +244,7 @@ pub fn rewrite<W: Write>(
             Some(super::Entry::Lost { ts_ns, count, cpu }) => w.lost(ts_ns, cpu, count),
             Some(super::Entry::Symbol { pid, addr, name }) => w.symbol(pid, addr, name),
             Some(super::Entry::Cgroup { id, path }) => w.cgroup(id, path),
+            Some(super::Entry::Env { pid, name, value }) => w.env(pid, name, value),
         };
         if let Err(e) = r {
             error = Some(e);

@@ -49,6 +49,11 @@ pub trait Sink {
     fn cgroup(&mut self, _id: u64, _path: &str) -> io::Result<()> {
         Ok(())
     }
+    /// A transport variable of a process's environment (allowlisted names only), after the
+    /// record that made it read.
+    fn env(&mut self, _pid: u32, _name: &str, _value: &str) -> io::Result<()> {
+        Ok(())
+    }
     /// One record, after `state` observed it (owners, states, the QP change it made).
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()>;
     /// Live only: once a second (frames, periodic flushes, gauges), with the correlator's
@@ -80,6 +85,9 @@ impl Sink for Box<dyn Sink> {
     }
     fn cgroup(&mut self, id: u64, path: &str) -> io::Result<()> {
         (**self).cgroup(id, path)
+    }
+    fn env(&mut self, pid: u32, name: &str, value: &str) -> io::Result<()> {
+        (**self).env(pid, name, value)
     }
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
         (**self).record(rec, state)
@@ -130,6 +138,10 @@ impl<A: Sink, B: Sink> Sink for (A, B) {
         self.0.cgroup(id, path)?;
         self.1.cgroup(id, path)
     }
+    fn env(&mut self, pid: u32, name: &str, value: &str) -> io::Result<()> {
+        self.0.env(pid, name, value)?;
+        self.1.env(pid, name, value)
+    }
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
         self.0.record(rec, state)?;
         self.1.record(rec, state)
@@ -164,6 +176,9 @@ impl<S: Sink> Sink for Option<S> {
     }
     fn cgroup(&mut self, id: u64, path: &str) -> io::Result<()> {
         self.as_mut().map_or(Ok(()), |s| s.cgroup(id, path))
+    }
+    fn env(&mut self, pid: u32, name: &str, value: &str) -> io::Result<()> {
+        self.as_mut().map_or(Ok(()), |s| s.env(pid, name, value))
     }
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
         self.as_mut().map_or(Ok(()), |s| s.record(rec, state))

@@ -63,6 +63,10 @@ impl Sink for RecordingSink {
         self.writer.cgroup(id, path)
     }
 
+    fn env(&mut self, pid: u32, name: &str, value: &str) -> io::Result<()> {
+        self.writer.env(pid, name, value)
+    }
+
     /// Losses are stored, and said on stderr as they happen (at most once a second).
     fn record(&mut self, rec: &Record, _state: &Correlator) -> io::Result<()> {
         if let Body::Lost { count, cpu } = rec.body {

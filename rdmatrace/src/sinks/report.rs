@@ -39,6 +39,17 @@ fn place_json(d: &mut serde_json::Map<String, Value>, place: Option<&Place>) {
     }
 }
 
+/// `transport_env`: a process's transport variables, when any were read.
+fn env_json(d: &mut serde_json::Map<String, Value>, env: &[(crate::event::CompactString, String)]) {
+    if !env.is_empty() {
+        let m: serde_json::Map<String, Value> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::from(v.as_str())))
+            .collect();
+        d.insert("transport_env".into(), Value::Object(m));
+    }
+}
+
 pub fn verdict_json(p: &ProcReport) -> Value {
     let mut d = json!({
         "pid": p.stats.pid,
@@ -48,6 +59,7 @@ pub fn verdict_json(p: &ProcReport) -> Value {
     });
     if let Value::Object(m) = &mut d {
         place_json(m, p.stats.place.as_deref());
+        env_json(m, &p.stats.env);
     }
     json!({"type": "verdict", "data": d})
 }
@@ -332,9 +344,10 @@ pub fn text(r: &Report, src: &Source) -> String {
     o
 }
 
-fn with_place(mut v: Value, place: Option<&Place>) -> Value {
+fn with_place(mut v: Value, p: &ProcReport) -> Value {
     if let Value::Object(m) = &mut v {
-        place_json(m, place);
+        place_json(m, p.stats.place.as_deref());
+        env_json(m, &p.stats.env);
     }
     v
 }
@@ -364,7 +377,7 @@ pub fn to_json(r: &Report, src: &Source) -> Value {
             "retransmits_rdma": p.stats.retrans_rdma,
             "retransmits_tcp": p.stats.retrans_tcp,
             "exit_code": p.stats.exit_code,
-        }), p.stats.place.as_deref())).collect::<Vec<_>>(),
+        }), p)).collect::<Vec<_>>(),
         "qps": r.qps.iter().map(|q| json!({
             "dev": q.key.dev,
             "qpn": q.key.qpn,

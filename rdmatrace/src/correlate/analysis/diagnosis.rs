@@ -437,3 +437,44 @@ fn diagnose(
         consequences,
     }
 }
+
+/// `transport_disabled_by_env`: a process whose data went over TCP while its environment turns
+/// RDMA off or picks a socket transport. Judged on the whole run (dated at its end).
+pub(super) fn transport_env(
+    procs: &[super::ProcReport],
+    end_wall_ns: u64,
+    out: &mut Vec<Diagnosis>,
+) {
+    use super::Verdict;
+    for p in procs {
+        if !matches!(
+            p.verdict,
+            Verdict::Tcp | Verdict::TcpFallback | Verdict::Mixed
+        ) {
+            continue;
+        }
+        let Some((var, why, fix)) = crate::environ::disables_rdma(&p.stats.env) else {
+            continue;
+        };
+        let s = &p.stats;
+        let mut evidence = vec![format!("{var} in its environment (read at exec)")];
+        evidence.push(format!("verdict {}", p.verdict.name()));
+        evidence.extend(p.evidence.iter().cloned());
+        out.push(Diagnosis {
+            kind: "transport_disabled_by_env",
+            ts_ns: u64::MAX,
+            wall_ns: end_wall_ns,
+            pid: s.pid,
+            comm: s.comm.clone(),
+            dev: None,
+            qpn: None,
+            cause: format!(
+                "pid {} ({}) moved its data over TCP because {var} {why}",
+                s.pid, s.comm
+            ),
+            evidence,
+            fix,
+            consequences: Vec::new(),
+        });
+    }
+}

@@ -151,6 +151,13 @@ fn a_cq_overrun_is_the_cq_owners_not_the_kernel_workers() {
         ("cq_overrun", 9, "poller")
     );
     assert!(d.cause.contains("CQ#5 of 16 entries"), "{}", d.cause);
+    // The raw anomaly names the owner too.
+    let a = r
+        .anomalies
+        .iter()
+        .find(|x| x.kind == "async_error")
+        .expect("async_error anomaly");
+    assert_eq!((a.pid, a.comm.as_str()), (9, "poller"));
 }
 
 #[test]
@@ -184,4 +191,63 @@ fn retries_exceeded_is_unreachable_without_any_answer_and_peer_gone_after_the_pe
     let d = &r.diagnoses[0];
     assert_eq!((d.kind, d.pid), ("peer_gone", 7));
     assert!(d.cause.contains("pid 8 server"), "{}", d.cause);
+}
+
+#[test]
+fn a_job_told_by_its_environment_not_to_use_rdma_is_diagnosed_and_nothing_else_is_kept() {
+    let mut a = Analysis::default();
+    // Opened the device, created a QP, then 8 MiB over TCP: what NCCL does with IB disabled.
+    let ctx = Body::Resource(Resource {
+        added: true,
+        res_type: ResType::Ctx,
+        dev: "rxe0".into(),
+        id: 1,
+        owner_pid: 7,
+        owner_comm: "trainer".into(),
+        user: true,
+        cq: None,
+        mr: None,
+    });
+    a.push(7, "trainer", 1, ctx);
+    a.state.env_seen(7, "NCCL_IB_DISABLE", "1");
+    let create = Body::QpCreate {
+        qp: qp_info("rxe0", 0x11),
+        ret: 0,
+    };
+    a.push(7, "trainer", 2, create);
+    let tcp = Body::TcpBytes(crate::event::TcpBytesDelta {
+        tx_bytes: 8 << 20,
+        rx_bytes: 0,
+        tx_calls: 128,
+        rx_calls: 0,
+    });
+    a.push(7, "trainer", 3, tcp);
+    // A healthy neighbour with a transport variable that does not disable anything.
+    a.state.env_seen(8, "NCCL_IB_HCA", "rxe0");
+    let tcp = Body::TcpBytes(crate::event::TcpBytesDelta {
+        tx_bytes: 8 << 20,
+        rx_bytes: 0,
+        tx_calls: 128,
+        rx_calls: 0,
+    });
+    a.push(8, "loader", 3, tcp);
+    let r = a.finish();
+    let p = r
+        .processes
+        .iter()
+        .find(|p| p.stats.pid == 7)
+        .expect("trainer");
+    assert_eq!(p.verdict, Verdict::TcpFallback);
+    assert!(
+        p.evidence
+            .iter()
+            .any(|e| e == "environment: NCCL_IB_DISABLE=1"),
+        "{:?}",
+        p.evidence
+    );
+    assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
+    let d = &r.diagnoses[0];
+    assert_eq!((d.kind, d.pid), ("transport_disabled_by_env", 7));
+    assert!(d.cause.contains("NCCL_IB_DISABLE=1"), "{}", d.cause);
+    assert!(d.fix.contains("unset NCCL_IB_DISABLE"), "{}", d.fix);
 }

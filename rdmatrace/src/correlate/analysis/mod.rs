@@ -290,7 +290,8 @@ impl Analyzer {
         self.place(rec, state);
     }
 
-    /// Keeps each process's cgroup: taken when first known, replaced when it moves.
+    /// Keeps each process's cgroup (taken when first known, replaced when it moves) and its
+    /// transport variables.
     fn place(&mut self, rec: &Record, state: &Correlator) {
         let pid = rec.subject_pid();
         if pid == 0 {
@@ -298,6 +299,10 @@ impl Analyzer {
         }
         let moved = matches!(rec.body, Body::ProcessCgroup { .. });
         if let Some(p) = self.procs.get_mut(&pid) {
+            let env = state.env_of(pid);
+            if !env.is_empty() && p.env.len() != env.len() {
+                p.env = env.to_vec();
+            }
             if p.place.is_none() || moved {
                 if let Some(place) = state.cgroups().of(pid) {
                     p.place = Some(place.clone());
@@ -388,7 +393,8 @@ impl Analyzer {
             });
         }
         let processes = self.verdicts();
-        let diagnoses = self.diag.finish(&self.book.qps, self.traffic_measured);
+        let mut diagnoses = self.diag.finish(&self.book.qps, self.traffic_measured);
+        diagnosis::transport_env(&processes, self.last_wall_ns, &mut diagnoses);
         let (blame, port_counters) = self.blame.finish();
         let mut anomalies = self.anomalies.list;
         anomalies.sort_by_key(|a| a.ts_ns);

@@ -55,6 +55,8 @@ pub struct ProcStats {
     pub exit_code: Option<i32>,
     /// Its cgroup (container, pod), when known.
     pub place: Option<Arc<Place>>,
+    /// Its transport variables (allowlisted environment), when read.
+    pub env: Vec<(CompactString, String)>,
 }
 
 impl ProcStats {
@@ -96,6 +98,11 @@ impl ProcStats {
         self.tcp_calls += o.tcp_calls;
         self.retrans_rdma += o.retrans_rdma;
         self.retrans_tcp += o.retrans_tcp;
+        for kv in &o.env {
+            if !self.env.contains(kv) {
+                self.env.push(kv.clone());
+            }
+        }
     }
 
     /// Notes that the process uses a QP of this type on this device.
@@ -195,6 +202,10 @@ pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) 
             p.tcp_calls
         )
     });
+    if !p.env.is_empty() {
+        let vars: Vec<String> = p.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        ev.push(format!("environment: {}", vars.join(" ")));
+    }
     let verdict = classify(p, traffic_measured);
     if verdict == Verdict::Unknown && !touched {
         ev.push("TCP retransmits seen but no byte counts (TCP byte probes off?)".into());

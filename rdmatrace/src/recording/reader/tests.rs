@@ -40,7 +40,7 @@ fn collect(rec: &Recording) -> (Vec<u8>, u64, Vec<ChunkProblem>) {
     let problems = rec.replay(|e| match e {
         Entry::Event(b) => firsts.push(b[0]),
         Entry::Lost { count, .. } => lost += count,
-        Entry::Symbol { .. } | Entry::Cgroup { .. } => {}
+        Entry::Symbol { .. } | Entry::Cgroup { .. } | Entry::Env { .. } => {}
     });
     (firsts, lost, problems)
 }
@@ -167,6 +167,7 @@ fn symbol_entries_round_trip_in_order_with_events() {
     let long = "é".repeat(5000);
     w.symbol(42, 1, &long).expect("long symbol");
     w.cgroup(4711, "/kubepods.slice/x.scope").expect("cgroup");
+    w.env(42, "NCCL_IB_DISABLE", "1").expect("env");
     let bytes = w.finish().expect("finish").0;
     let rec = Recording::from_bytes(bytes).expect("open");
     let mut seen = Vec::new();
@@ -176,6 +177,7 @@ fn symbol_entries_round_trip_in_order_with_events() {
             seen.push(format!("{pid} {addr:#x} {}", &name[..name.len().min(20)]));
         }
         Entry::Cgroup { id, path } => seen.push(format!("cgroup {id} {path}")),
+        Entry::Env { pid, name, value } => seen.push(format!("env {pid} {name}={value}")),
         Entry::Lost { .. } => {}
     });
     assert!(problems.is_empty(), "{problems:?}");
@@ -187,6 +189,7 @@ fn symbol_entries_round_trip_in_order_with_events() {
             "0 0xffffffff81000000 do_syscall_64;x",
             "42 0x1 éééééééééé",
             "cgroup 4711 /kubepods.slice/x.scope",
+            "env 42 NCCL_IB_DISABLE=1",
         ]
     );
 }

@@ -5,7 +5,7 @@
 //! Usage: `rt-mover --from-dev rxe0 --to-dev rxe1 [--mib 64] [--transport rdma|tcp]
 //!         [--events] [--retry-cnt N] [--kill-peer-after-mib M] [--gid-index 1]
 //!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S] [--chunk-kib K]
-//!         [--no-remote-write]`
+//!         [--no-remote-write] [--overflow-cq]`
 //!
 //! RDMA: RC QPs, signaled RDMA WRITEs of `--chunk-kib` (64) KiB, 16 in flight; `--events` waits on a
 //! completion channel instead of polling. `--kill-peer-after-mib M` destroys the receiving QP
@@ -14,6 +14,8 @@
 //! (errored or not) for S seconds before exiting, like a job that hangs on to a broken QP.
 //! `--no-remote-write` registers the receiving buffer without remote write access, as a
 //! program that forgot the flag would: the first write fails with a remote access error.
+//! `--overflow-cq` gives the sender a CQ of 1 entry and posts 16 signaled writes without
+//! polling it, as a program with an undersized CQ would: the CQ overflows (exit code 3).
 //!
 //! Output: `rt-mover: pid P transport T sender DEV qpn 0xN receiver DEV qpn 0xN`, then
 //! `rt-mover: moved B bytes`, or `rt-mover: wc error status S (TEXT) qpn 0xN` and exit code 2.
@@ -41,6 +43,7 @@ struct Opts {
     linger: std::time::Duration,
     chunk: usize,
     no_remote_write: bool,
+    overflow_cq: bool,
 }
 
 fn opts() -> anyhow::Result<Opts> {
@@ -58,6 +61,7 @@ fn opts() -> anyhow::Result<Opts> {
         linger: std::time::Duration::ZERO,
         chunk: 64 << 10,
         no_remote_write: false,
+        overflow_cq: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -76,6 +80,7 @@ fn opts() -> anyhow::Result<Opts> {
             "--linger-secs" => o.linger = std::time::Duration::from_secs_f64(val()?.parse()?),
             "--chunk-kib" => o.chunk = val()?.parse::<usize>()? << 10,
             "--no-remote-write" => o.no_remote_write = true,
+            "--overflow-cq" => o.overflow_cq = true,
             other => bail!("unknown argument {other:?}"),
         }
     }
@@ -84,7 +89,8 @@ fn opts() -> anyhow::Result<Opts> {
 
 fn main() -> anyhow::Result<std::process::ExitCode> {
     let o = opts()?;
-    let mut src = Verbs::open_with(Some(&o.from_dev), (DEPTH * 2) as i32, o.events)?;
+    let cqe = if o.overflow_cq { 1 } else { (DEPTH * 2) as i32 };
+    let mut src = Verbs::open_with(Some(&o.from_dev), cqe, o.events)?;
     let dst = Verbs::open_with(Some(&o.to_dev), (DEPTH * 2) as i32, false)?;
     let sqp = src.create_rc_qp_with(DEPTH as u32)?;
     let mut dqp = Some(dst.create_rc_qp_with(DEPTH as u32)?);
@@ -135,6 +141,18 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     }
     sqp.connect(&d_end, o.gid_index, o.retry_cnt)?;
 
+    if o.overflow_cq {
+        // Every write signaled, the CQ never polled: completions beyond its size overflow it.
+        for i in 0..DEPTH as u64 {
+            let at = i * chunk as u64;
+            sqp.post_write(at, &smr, &sbuf, &d_end, at)?;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        println!("rt-mover: posted {DEPTH} writes to a CQ of {cqe} entries without polling it");
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(o.linger);
+        return Ok(std::process::ExitCode::from(3));
+    }
     let (mut posted, mut done, mut inflight) = (0u64, 0u64, 0usize);
     let mut wcs: Vec<ibv_wc> = (0..DEPTH)
         // SAFETY: all-zero is a valid ibv_wc.
