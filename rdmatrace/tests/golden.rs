@@ -148,3 +148,16 @@ fn report_diagnoses_json_golden() {
     assert_eq!(d.as_array().map(Vec::len), Some(1), "{d:#}");
     assert_eq!(d[0]["kind"], "peer_gone");
 }
+
+/// `verdict` ends with the diagnoses of the processes it judged.
+#[test]
+fn verdict_diagnoses_text_golden() {
+    let out = run(&["verdict", "--input", DEADPEER]);
+    assert!(
+        out.status.success() || out.status.code() == Some(3),
+        "{}",
+        out.stderr
+    );
+    let from = out.stdout.find("DIAGNOSES").expect("a DIAGNOSES block");
+    insta::assert_snapshot!(&out.stdout[from..]);
+}

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use crate::{
     clock::{hms_millis, rfc3339},
     correlate::{
-        analysis::{Analyzer, ProcReport, ProcStats, Report, Verdict},
+        analysis::{Analyzer, Diagnosis, ProcReport, ProcStats, Report, Verdict},
         cgroups::Place,
         Correlator,
     },
@@ -299,28 +299,7 @@ pub fn text(r: &Report, src: &Source) -> String {
     if r.diagnoses.is_empty() {
         o += "(none)\n";
     }
-    for d in &r.diagnoses {
-        let at = match (&d.dev, d.qpn) {
-            (Some(dev), Some(q)) => format!(" {dev} QP {q:#x}"),
-            (Some(dev), None) => format!(" {dev}"),
-            _ => String::new(),
-        };
-        o += &format!(
-            "{} {} pid {} ({}){at}\n  cause: {}\n",
-            hms_millis(d.wall_ns),
-            d.kind,
-            d.pid,
-            d.comm,
-            d.cause
-        );
-        for e in &d.evidence {
-            o += &format!("  evidence: {e}\n");
-        }
-        o += &format!("  fix: {}\n", d.fix);
-        for c in &d.consequences {
-            o += &format!("  then: {c}\n");
-        }
-    }
+    o += &diagnoses_text(&r.diagnoses);
     o += "\nANOMALIES (UTC, in time order)\n";
     if r.anomalies.is_empty() {
         o += "(none)\n";
@@ -342,6 +321,44 @@ pub fn text(r: &Report, src: &Source) -> String {
         );
     }
     o
+}
+
+/// The lines of each diagnosis: a head line, then its cause, evidence, fix and consequences.
+pub fn diagnoses_text(diagnoses: &[Diagnosis]) -> String {
+    let mut o = String::new();
+    for d in diagnoses {
+        let at = match (&d.dev, d.qpn) {
+            (Some(dev), Some(q)) => format!(" {dev} QP {q:#x}"),
+            (Some(dev), None) => format!(" {dev}"),
+            _ => String::new(),
+        };
+        o += &format!(
+            "{} {} pid {} ({}){at}\n  cause: {}\n",
+            hms_millis(d.wall_ns),
+            d.kind,
+            d.pid,
+            d.comm,
+            d.cause
+        );
+        for e in &d.evidence {
+            o += &format!("  evidence: {e}\n");
+        }
+        o += &format!("  fix: {}\n", d.fix);
+        for c in &d.consequences {
+            o += &format!("  then: {c}\n");
+        }
+    }
+    o
+}
+
+/// One diagnosis as JSON (`report --json`'s `diagnoses` items; `verdict --format json`'s
+/// `diagnosis` lines).
+pub fn diagnosis_json(d: &Diagnosis) -> Value {
+    json!({
+        "time": rfc3339(d.wall_ns), "kind": d.kind, "pid": d.pid, "comm": d.comm,
+        "dev": d.dev, "qpn": d.qpn, "cause": d.cause, "evidence": d.evidence, "fix": d.fix,
+        "consequences": d.consequences,
+    })
 }
 
 fn with_place(mut v: Value, p: &ProcReport) -> Value {
@@ -402,11 +419,7 @@ pub fn to_json(r: &Report, src: &Source) -> Value {
             "count": b.count, "reasons": b.reasons,
         })).collect::<Vec<_>>(),
         "port_counters": r.port_counters.iter().map(|(d, p, n, v)| json!({"dev": d, "port": p, "name": n, "delta": v})).collect::<Vec<_>>(),
-        "diagnoses": r.diagnoses.iter().map(|d| json!({
-            "time": rfc3339(d.wall_ns), "kind": d.kind, "pid": d.pid, "comm": d.comm,
-            "dev": d.dev, "qpn": d.qpn, "cause": d.cause, "evidence": d.evidence, "fix": d.fix,
-            "consequences": d.consequences,
-        })).collect::<Vec<_>>(),
+        "diagnoses": r.diagnoses.iter().map(diagnosis_json).collect::<Vec<_>>(),
         "anomalies": r.anomalies.iter().map(|a| json!({
             "time": rfc3339(a.wall_ns), "pid": a.pid, "comm": a.comm, "dev": a.dev, "qpn": a.qpn,
             "kind": a.kind, "detail": a.detail,
@@ -522,6 +535,27 @@ impl<W: Write> Sink for VerdictSink<W> {
             } else {
                 writeln!(self.out, "{}", verdict_text(p, containers))?;
             }
+        }
+        // The faults of the judged processes, after their verdicts (only when there are any).
+        let diagnoses: Vec<Diagnosis> = report
+            .diagnoses
+            .into_iter()
+            .filter(|d| self.pid.is_none_or(|pid| pid == d.pid))
+            .collect();
+        if self.json {
+            for d in &diagnoses {
+                writeln!(
+                    self.out,
+                    "{}",
+                    json!({"type": "diagnosis", "data": diagnosis_json(d)})
+                )?;
+            }
+        } else if !diagnoses.is_empty() {
+            write!(
+                self.out,
+                "\nDIAGNOSES (docs/diagnosis.md)\n{}",
+                diagnoses_text(&diagnoses)
+            )?;
         }
         self.out.flush()
     }
