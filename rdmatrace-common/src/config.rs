@@ -40,6 +40,8 @@ pub struct ProbeConfig {
     pub attr_rnr_retry: u32,
     /// `ah_attr.grh.dgid`, summed through the nested structs.
     pub attr_dgid: u32,
+    /// `ah_attr.grh.sgid_index`.
+    pub attr_sgid_index: u32,
     // struct task_struct
     pub task_real_parent: u32,
     pub task_tgid: u32,
@@ -151,7 +153,7 @@ pub struct ProbeConfig {
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 22 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 23 * 4);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -179,6 +181,7 @@ impl ProbeConfig {
             attr_retry_cnt: U,
             attr_rnr_retry: U,
             attr_dgid: U,
+            attr_sgid_index: U,
             task_real_parent: U,
             task_tgid: U,
             task_exit_code: U,

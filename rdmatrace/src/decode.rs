@@ -8,7 +8,7 @@ use rdmatrace_common::event::{
     CqNotifySample, EventHeader, EventKind, PortSample, ProcessEvent, QpCounterSample,
     QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample, QpTrafficSample,
     ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp,
-    VerbsCallEvent, WcErrorEvent, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    VerbsCallEvent, WcErrorEvent, GidSample, AV_SGID_INDEX, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
 };
 
 use crate::{
@@ -16,7 +16,7 @@ use crate::{
     event::{
         cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
         AsyncElement, AsyncEvent, Body, CmEvent, CompactString, CounterDelta, CpuSample,
-        CqNotifyDelta, Frame, ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo, QpKey,
+        CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo, QpKey,
         QpResRow, QpState, QpTrafficDelta, Record, ResChange, ResType, Resource, Retransmit,
         TcpBytesDelta, TcpState, TcpTuple, Transport, VerbsCall, WcError,
     },
@@ -126,6 +126,7 @@ fn modify_attrs(ev: &QpModifyEvent) -> ModifyAttrs {
         retry_cnt: when(mask::RETRY_CNT).then_some(ev.retry_cnt),
         rnr_retry: when(mask::RNR_RETRY).then_some(ev.rnr_retry),
         dgid: when(mask::AV).then_some(ev.dgid),
+        sgid_index: (when(mask::AV) && ev.av_flags & AV_SGID_INDEX != 0).then_some(ev.sgid_index),
     }
 }
 
@@ -457,6 +458,18 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 active_mtu: (ev.active_mtu != 0).then_some(ev.active_mtu),
                 netdev_mtu: (ev.netdev_mtu != 0).then_some(ev.netdev_mtu),
                 link_layer: c_str(&ev.link_layer).into(),
+                netdev: c_str(&ev.netdev).into(),
+            });
+            (ev.header, body)
+        }
+        EventKind::Gid => {
+            let ev: GidSample = read(bytes, kind)?;
+            let body = Body::Gid(GidInfo {
+                dev: c_str(&ev.dev),
+                port: ev.port,
+                index: ev.index,
+                gid: (ev.gid != [0; 16]).then_some(ev.gid),
+                gid_type: crate::event::gid_type_name(ev.gid_type),
                 netdev: c_str(&ev.netdev).into(),
             });
             (ev.header, body)

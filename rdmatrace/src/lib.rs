@@ -22,6 +22,7 @@ pub mod flight;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gids;
 pub mod loader;
 pub mod netlink;
 pub mod ports;

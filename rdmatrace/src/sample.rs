@@ -12,7 +12,7 @@ use std::{
 use aya::maps::{MapData, PerCpuHashMap};
 use rdmatrace_common::{
     event::{
-        CounterSample, CqNotify, CqNotifySample, EventKind, PortSample, QpTraffic, QpTrafficSample,
+        CounterSample, CqNotify, CqNotifySample, EventKind, GidSample, PortSample, QpTraffic, QpTrafficSample,
         TcpBytes, TcpBytesSample, COUNTER_NAME_LEN, PORT_STATE_REMOVED,
     },
     limits::DEV_NAME_LEN,
@@ -35,6 +35,22 @@ fn port_sample(p: &crate::ports::Port, ts_ns: u64) -> PortSample {
         netdev: fixed::<16>(&p.netdev),
     }
 }
+
+fn gid_sample(g: &crate::gids::Gid, deleted: bool, ts_ns: u64) -> GidSample {
+    GidSample {
+        header: header(EventKind::Gid, ts_ns, 0, [0; 16]),
+        dev: fixed::<DEV_NAME_LEN>(&g.dev),
+        port: g.port,
+        index: g.index,
+        gid: if deleted { [0; 16] } else { g.gid },
+        gid_type: g.gid_type,
+        _pad: 0,
+        netdev: fixed::<16>(&g.netdev),
+    }
+}
+
+/// GID tables are read at most this often (a ConnectX port lists 255 entries).
+const GID_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// One port counter file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -95,6 +111,8 @@ pub struct Sampler {
     prev_counters: HashMap<CounterKey, u64>,
     netlink: Option<crate::netlink::sampler::NetlinkSampler>,
     prev_ports: HashMap<(String, u32), crate::ports::Port>,
+    prev_gids: HashMap<(String, u32, u32), crate::gids::Gid>,
+    gids_read: Option<std::time::Instant>,
 }
 
 fn sum_tcp(per_cpu: impl Iterator<Item = TcpBytes>) -> Option<TcpBytes> {
@@ -177,6 +195,8 @@ impl Sampler {
             prev_counters: HashMap::new(),
             netlink: None,
             prev_ports: HashMap::new(),
+            prev_gids: HashMap::new(),
+            gids_read: None,
         };
         // Baselines: report what happens from now on, not since boot.
         let _ = s.poll(0);
@@ -309,6 +329,12 @@ impl Sampler {
                 self.prev_ports.insert(key, p);
             }
         }
+        if let (Some(root), true) = (self.counters_root.clone(), ts_ns != 0) {
+            if self.gids_read.is_none_or(|t| t.elapsed() >= GID_PERIOD) {
+                self.gids_read = Some(std::time::Instant::now());
+                self.poll_gids(&root, ts_ns, &mut out);
+            }
+        }
         if let Some(root) = &self.counters_root {
             for (key, value) in read_counters(root) {
                 let prev = self.prev_counters.insert(key.clone(), value);
@@ -328,6 +354,32 @@ impl Sampler {
             }
         }
         out
+    }
+}
+
+impl Sampler {
+    /// GID entries that appeared, changed or went away since the previous read (not
+    /// baselined: the first read lists every entry).
+    fn poll_gids(&mut self, root: &Path, ts_ns: u64, out: &mut Vec<Vec<u8>>) {
+        let now = crate::gids::read_gids(root);
+        let gone: Vec<(String, u32, u32)> = self
+            .prev_gids
+            .keys()
+            .filter(|k| !now.iter().any(|g| (&g.dev, g.port, g.index) == (&k.0, k.1, k.2)))
+            .cloned()
+            .collect();
+        for k in gone {
+            if let Some(g) = self.prev_gids.remove(&k) {
+                out.push(pod_bytes(&gid_sample(&g, true, ts_ns)));
+            }
+        }
+        for g in now {
+            let key = (g.dev.clone(), g.port, g.index);
+            if self.prev_gids.get(&key) != Some(&g) {
+                out.push(pod_bytes(&gid_sample(&g, false, ts_ns)));
+                self.prev_gids.insert(key, g);
+            }
+        }
     }
 }
 

@@ -41,11 +41,13 @@ pub enum EventKind {
     QpRes = 104,
     QpCounter = 105,
     Port = 106,
+    /// A GID table entry of a port (sysfs), sampled at the start and whenever it changes.
+    Gid = 107,
 }
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 22] = [
+    pub const ALL: [EventKind; 23] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
@@ -68,6 +70,7 @@ impl EventKind {
         EventKind::QpRes,
         EventKind::QpCounter,
         EventKind::Port,
+        EventKind::Gid,
     ];
 
     pub const fn from_raw(raw: u32) -> Option<EventKind> {
@@ -94,6 +97,7 @@ impl EventKind {
             104 => Some(EventKind::QpRes),
             105 => Some(EventKind::QpCounter),
             106 => Some(EventKind::Port),
+            107 => Some(EventKind::Gid),
             _ => None,
         }
     }
@@ -168,12 +172,17 @@ pub struct QpModifyEvent {
     pub timeout: u8,
     pub retry_cnt: u8,
     pub rnr_retry: u8,
-    pub _pad0: u8,
-    pub _pad1: u32,
+    /// [`AV_SGID_INDEX`] when `sgid_index` was read (older records: 0).
+    pub av_flags: u8,
+    /// `attr->ah_attr.grh.sgid_index` when `IB_QP_AV` is set and [`AV_SGID_INDEX`] is in
+    /// `av_flags`.
+    pub sgid_index: u32,
     /// `attr->ah_attr.grh.dgid` when `IB_QP_AV` is set.
     pub dgid: [u8; GID_LEN],
 }
 const _: () = assert!(core::mem::size_of::<QpModifyEvent>() == 168);
+/// [`QpModifyEvent::av_flags`]: `sgid_index` holds the source GID index.
+pub const AV_SGID_INDEX: u8 = 1;
 
 /// `ib_destroy_qp_user()` returned.
 #[repr(C)]
@@ -598,6 +607,8 @@ mod pod {
     unsafe impl aya::Pod for QpCounterSample {}
     // SAFETY: as above.
     unsafe impl aya::Pod for PortSample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for GidSample {}
     // SAFETY: as above.
     unsafe impl aya::Pod for VerbsCallEvent {}
     // SAFETY: as above.

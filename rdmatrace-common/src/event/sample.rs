@@ -5,7 +5,7 @@
 //! explicit padding, sizes asserted.
 
 use super::{EventHeader, QpIdent};
-use crate::limits::{COMM_LEN, DEV_NAME_LEN};
+use crate::limits::{COMM_LEN, DEV_NAME_LEN, GID_LEN};
 
 /// Per-process TCP traffic, summed in the kernel (`sock_send_length` / `sock_recv_length` on
 /// TCP sockets) and read by user space. As a kernel map value the fields are running totals;
@@ -148,5 +148,28 @@ pub struct PortSample {
     pub netdev: [u8; 16],
 }
 const _: () = assert!(core::mem::size_of::<PortSample>() == 40 + 64 + 16 + 32);
+/// One entry of a port's GID table as sysfs shows it (`ports/N/gids/I`,
+/// `gid_attrs/types/I`, `gid_attrs/ndevs/I`), sampled at the start and whenever it changes. A
+/// deleted entry is sent once with an all-zero `gid`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidSample {
+    pub header: EventHeader,
+    pub dev: [u8; DEV_NAME_LEN],
+    pub port: u32,
+    pub index: u32,
+    pub gid: [u8; GID_LEN],
+    /// [`GID_TYPE_IB_ROCE_V1`], [`GID_TYPE_ROCE_V2`], 0 unknown.
+    pub gid_type: u32,
+    pub _pad: u32,
+    /// The netdev the entry belongs to (RoCE), NUL padded.
+    pub netdev: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<GidSample>() == 40 + 64 + 8 + 16 + 8 + 16);
+/// [`GidSample::gid_type`]: "IB/RoCE v1".
+pub const GID_TYPE_IB_ROCE_V1: u32 = 1;
+/// [`GidSample::gid_type`]: "RoCE v2".
+pub const GID_TYPE_ROCE_V2: u32 = 2;
+
 /// [`PortSample::state`] of a port whose device went away (`rdma link delete`, hot unplug).
 pub const PORT_STATE_REMOVED: u32 = u32::MAX;

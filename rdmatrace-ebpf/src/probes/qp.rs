@@ -10,7 +10,7 @@ use aya_ebpf::{
 use rdmatrace_common::{
     config::ProbeConfig,
     event::{
-        attr_mask, EventKind, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, STATE_UNKNOWN,
+        attr_mask, EventKind, AV_SGID_INDEX, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, STATE_UNKNOWN,
     },
 };
 
@@ -127,6 +127,10 @@ fn try_qp_modify_enter(ctx: &ProbeContext) -> Option<u32> {
     }
     if mask & attr_mask::AV != 0 {
         read::bytes(attr, cfg.attr_dgid, &mut ev.dgid);
+        if let Some(i) = read::field::<u8>(attr, cfg.attr_sgid_index) {
+            ev.sgid_index = u32::from(i);
+            ev.av_flags = AV_SGID_INDEX;
+        }
     }
     PENDING_MODIFY
         .insert(bpf_get_current_pid_tgid(), ev, 0)

@@ -121,5 +121,9 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
         "modify dest GID",
         offset_of(btf, "ib_qp_attr", "ah_attr.grh.dgid"),
     );
+    cfg.attr_sgid_index = opt(
+        "modify source GID index",
+        offset_of(btf, "ib_qp_attr", "ah_attr.grh.sgid_index"),
+    );
     Ok(notes)
 }

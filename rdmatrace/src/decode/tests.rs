@@ -1,5 +1,5 @@
 use rdmatrace_common::event::{
-    attr_mask, EventHeader, EventKind, QpIdent, QpModifyEvent, STATE_UNKNOWN,
+    attr_mask, EventHeader, EventKind, QpIdent, QpModifyEvent, AV_SGID_INDEX, STATE_UNKNOWN,
 };
 
 use super::*;
@@ -38,8 +38,8 @@ fn modify_event() -> QpModifyEvent {
         timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
-        _pad0: 0,
-        _pad1: 0,
+        av_flags: AV_SGID_INDEX,
+        sgid_index: 3,
         dgid: [0; 16],
     }
 }
@@ -59,9 +59,24 @@ fn modify_fields_outside_the_mask_are_absent() {
     assert_eq!(attrs.cur_state, None, "CUR_STATE not in the mask");
     assert_eq!((attrs.dest_qpn, attrs.path_mtu), (Some(0x12), Some(3)));
     assert_eq!(
-        (attrs.sq_psn, attrs.timeout, attrs.dgid),
-        (None, None, None)
+        (attrs.sq_psn, attrs.timeout, attrs.dgid, attrs.sgid_index),
+        (None, None, None, None),
+        "the source GID index goes with the address vector"
     );
+    let mut ev = modify_event();
+    ev.attr_mask |= attr_mask::AV;
+    let rec = decode(&bytes_of(&ev), &ClockAnchor::fixed(5)).expect("decode");
+    let Body::QpModify { attrs, .. } = rec.body else {
+        panic!("not a modify")
+    };
+    assert_eq!((attrs.dgid, attrs.sgid_index), (Some([0; 16]), Some(3)));
+    // Records made before the index was read: unknown, not index 0.
+    ev.av_flags = 0;
+    let rec = decode(&bytes_of(&ev), &ClockAnchor::fixed(5)).expect("decode");
+    let Body::QpModify { attrs, .. } = rec.body else {
+        panic!("not a modify")
+    };
+    assert_eq!(attrs.sgid_index, None);
 }
 
 #[test]

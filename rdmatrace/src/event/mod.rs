@@ -89,6 +89,9 @@ pub struct ModifyAttrs {
     pub retry_cnt: Option<u8>,
     pub rnr_retry: Option<u8>,
     pub dgid: Option<[u8; 16]>,
+    /// The source GID index of the address vector (with `dgid`; recordings before this field:
+    /// `None`).
+    pub sgid_index: Option<u32>,
 }
 
 /// A TCP connection as the kernel sees it from this host.
@@ -395,6 +398,28 @@ pub struct PortInfo {
     pub netdev: String,
 }
 
+/// One entry of a port's GID table (sampled at start and on change).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GidInfo {
+    pub dev: CompactString,
+    pub port: u32,
+    pub index: u32,
+    /// `None`: the entry was deleted.
+    pub gid: Option<[u8; 16]>,
+    /// `RoCE v2`, `IB/RoCE v1` or `?`.
+    pub gid_type: &'static str,
+    pub netdev: String,
+}
+
+/// The name sysfs gives a GID type (`gid_attrs/types/N`).
+pub fn gid_type_name(raw: u32) -> &'static str {
+    match raw {
+        rdmatrace_common::event::GID_TYPE_IB_ROCE_V1 => "IB/RoCE v1",
+        rdmatrace_common::event::GID_TYPE_ROCE_V2 => "RoCE v2",
+        _ => "?",
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
     QpCreate {
@@ -434,6 +459,7 @@ pub enum Body {
     QpRes(QpResRow),
     QpCounter(QpCounterDelta),
     Port(PortInfo),
+    Gid(GidInfo),
     VerbsCall(VerbsCall),
     CpuSample(CpuSample),
     /// Events the kernel could not deliver (ring buffer full) since the previous report, on
@@ -474,6 +500,7 @@ impl Body {
             Body::QpRes(_) => "qp_res",
             Body::QpCounter(_) => "qp_counter",
             Body::Port(_) => "port",
+            Body::Gid(_) => "gid",
             Body::VerbsCall(_) => "verbs_call",
             Body::CpuSample(_) => "cpu_sample",
             Body::Lost { .. } => "lost",
@@ -524,6 +551,7 @@ impl Record {
             Body::CqNotify(n) => Some(&n.dev),
             Body::QpCounter(c) => Some(&c.dev),
             Body::Port(p) => Some(&p.dev),
+            Body::Gid(g) => Some(&g.dev),
             b => b.qp().map(|q| q.key.dev.as_str()),
         }
     }

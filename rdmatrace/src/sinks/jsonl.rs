@@ -211,6 +211,17 @@ pub fn to_json(rec: &Record, at: Option<&Place>) -> Value {
             d.insert("netdev".into(), p.netdev.clone().into());
             d.insert("netdev_mtu".into(), p.netdev_mtu.into());
         }
+        Body::Gid(g) => {
+            d.insert("dev".into(), g.dev.as_str().into());
+            d.insert("port".into(), g.port.into());
+            d.insert("index".into(), g.index.into());
+            d.insert(
+                "gid".into(),
+                g.gid.map(|x| crate::format::gid_text(&x)).into(),
+            );
+            d.insert("gid_type".into(), g.gid_type.into());
+            d.insert("netdev".into(), g.netdev.clone().into());
+        }
         Body::Counter(c) => {
             d.insert("dev".into(), c.dev.as_str().into());
             d.insert("port".into(), c.port.into());

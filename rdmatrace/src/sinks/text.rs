@@ -179,6 +179,22 @@ pub fn line_in(rec: &Record, at: Option<&Place>) -> String {
             }
             ("port", d)
         }
+        Body::Gid(g) => (
+            "gid",
+            format!(
+                "port {} index {} {} {}{}",
+                g.port,
+                g.index,
+                g.gid
+                    .map_or_else(|| "deleted".to_string(), |x| crate::format::gid_text(&x)),
+                g.gid_type,
+                if g.netdev.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", g.netdev)
+                }
+            ),
+        ),
         Body::Counter(c) => (
             "counter",
             format!("port {} {} +{} = {}", c.port, c.name, c.delta, c.value),

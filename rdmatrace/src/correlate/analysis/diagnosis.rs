@@ -8,11 +8,14 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use super::qps::QpLife;
+use super::{
+    addressing::{Addressing, Finding},
+    qps::QpLife,
+};
 use crate::{
     event::{
-        AsyncElement, AsyncEvent, CompactString, ModifyAttrs, QpKey, QpState, Record, ResType,
-        Resource, WcError,
+        AsyncElement, AsyncEvent, CompactString, GidInfo, ModifyAttrs, QpKey, QpState, Record,
+        ResType, Resource, WcError,
     },
     format::gid_text,
 };
@@ -67,14 +70,33 @@ struct QpErrors {
     driver_err: Option<Option<QpState>>,
 }
 
+/// A modify with an address vector that the kernel refused.
+#[derive(Clone)]
+struct FailedAv {
+    ts_ns: u64,
+    wall_ns: u64,
+    pid: u32,
+    comm: CompactString,
+    key: QpKey,
+    sgid_index: u32,
+    dgid: [u8; 16],
+    ret: i32,
+    transition: String,
+}
+
 #[derive(Clone, Default)]
 pub(super) struct Diagnoser {
+    addressing: Addressing,
+    failed_av: Vec<FailedAv>,
     attrs: FxHashMap<QpKey, Attrs>,
     errors: FxHashMap<QpKey, QpErrors>,
     /// (device, CQ id) -> (owner pid, comm, CQ entries).
     cqs: FxHashMap<(CompactString, u32), (u32, CompactString, Option<u32>)>,
     found: Vec<Diagnosis>,
 }
+
+/// Failed modifies with an address vector kept for the end (a program retrying in a loop).
+const MAX_FAILED_AV: usize = 1000;
 
 fn is_flush(status: &str) -> bool {
     status == "WR_FLUSH_ERR"
@@ -100,6 +122,40 @@ impl Diagnoser {
         e.timeout = a.timeout.or(e.timeout);
         e.retry_cnt = a.retry_cnt.or(e.retry_cnt);
         e.rnr_retry = a.rnr_retry.or(e.rnr_retry);
+    }
+
+    pub fn gid(&mut self, g: &GidInfo) {
+        self.addressing.gid(g);
+    }
+
+    pub fn table_row(&mut self, dev: &CompactString) {
+        self.addressing.table_row(dev);
+    }
+
+    /// A modify the kernel refused: kept when it carried an address vector (checked against
+    /// the GID table at the end).
+    pub fn modify_failed(&mut self, rec: &Record, key: &QpKey, a: &ModifyAttrs, ret: i32) {
+        let (Some(sgid_index), Some(dgid)) = (a.sgid_index, a.dgid) else {
+            return;
+        };
+        if self.failed_av.len() >= MAX_FAILED_AV {
+            return;
+        }
+        self.failed_av.push(FailedAv {
+            ts_ns: rec.ts_ns,
+            wall_ns: rec.wall_ns,
+            pid: rec.pid,
+            comm: rec.comm.clone(),
+            key: key.clone(),
+            sgid_index,
+            dgid,
+            ret,
+            transition: format!(
+                "{}->{}",
+                a.cur_state.map_or("?", |s| s.name()),
+                a.new_state.map_or("?", |s| s.name())
+            ),
+        });
     }
 
     pub fn wc_error(&mut self, rec: &Record, w: &WcError) {
@@ -197,11 +253,43 @@ impl Diagnoser {
     /// started with a real error (not a flush), in time order.
     pub fn finish(&self, qps: &[QpLife], traffic_measured: bool) -> Vec<Diagnosis> {
         let mut out = self.found.clone();
+        for f in &self.failed_av {
+            let Some(found) = self.addressing.failed_av(&f.key.dev, f.sgid_index, &f.dgid) else {
+                continue;
+            };
+            let mut evidence = vec![format!(
+                "modify {} of QP {:#x} on {} failed: {}",
+                f.transition,
+                f.key.qpn,
+                f.key.dev,
+                crate::format::errno_text(f.ret)
+            )];
+            evidence.extend(found.evidence);
+            out.push(Diagnosis {
+                kind: "gid_mismatch",
+                ts_ns: f.ts_ns,
+                wall_ns: f.wall_ns,
+                pid: f.pid,
+                comm: f.comm.clone(),
+                dev: Some(f.key.dev.clone()),
+                qpn: Some(f.key.qpn),
+                cause: found.cause,
+                evidence,
+                fix: found.fix,
+                consequences: vec![format!("QP {:#x} never reached RTR", f.key.qpn)],
+            });
+        }
         for (key, e) in &self.errors {
             let Some(first) = &e.first else { continue };
             let life = qps.iter().rev().find(|q| &q.key == key);
             let attrs = self.attrs.get(key).copied().unwrap_or_default();
-            out.push(diagnose(key, first, e, life, qps, attrs, traffic_measured));
+            let ctx = Context {
+                qps,
+                attrs,
+                traffic_measured,
+                addressing: &self.addressing,
+            };
+            out.push(diagnose(key, first, e, life, &ctx));
         }
         out.sort_by_key(|d| d.ts_ns);
         out
@@ -234,15 +322,22 @@ fn ack_timeout_text(t: u8) -> String {
     }
 }
 
+/// What a QP's diagnosis is judged against besides its own errors.
+struct Context<'a> {
+    qps: &'a [QpLife],
+    attrs: Attrs,
+    traffic_measured: bool,
+    addressing: &'a Addressing,
+}
+
 fn diagnose(
     key: &QpKey,
     first: &FirstError,
     e: &QpErrors,
     life: Option<&QpLife>,
-    qps: &[QpLife],
-    attrs: Attrs,
-    traffic_measured: bool,
+    ctx: &Context,
 ) -> Diagnosis {
+    let (qps, attrs, traffic_measured) = (ctx.qps, ctx.attrs, ctx.traffic_measured);
     let qpn = key.qpn;
     let dev = &key.dev;
     let peer = life.and_then(|q| peer_of(q, qps));
@@ -355,7 +450,25 @@ fn diagnose(
                 ));
             }
             let acked = life.is_some_and(|q| q.rx_packets > 0);
-            if traffic_measured && !acked {
+            let gone = peer.filter(|p| {
+                p.destroyed_ns.is_some_and(|t| t <= first.ts_ns) || p.state == Some(QpState::Err)
+            });
+            let addressing = || -> Option<(&'static str, Finding)> {
+                let q = life?;
+                if let Some(f) = peer.and_then(|p| ctx.addressing.pair(q, p)) {
+                    return Some(("gid_mismatch", f));
+                }
+                if peer.is_none() {
+                    let f = ctx.addressing.dest_qpn_unknown(q, qps, first.ts_ns)?;
+                    return Some(("dest_qpn_unknown", f));
+                }
+                None
+            };
+            let found = if gone.is_none() { addressing() } else { None };
+            if let Some((kind, f)) = found {
+                evidence.extend(f.evidence);
+                (kind, f.cause, f.fix)
+            } else if traffic_measured && !acked {
                 (
                     "unreachable",
                     format!(
@@ -365,9 +478,7 @@ fn diagnose(
                      for the dest address, and that the peer's QP reached RTR"
                         .into(),
                 )
-            } else if let Some(p) = peer.filter(|p| {
-                p.destroyed_ns.is_some_and(|t| t <= first.ts_ns) || p.state == Some(QpState::Err)
-            }) {
+            } else if let Some(p) = gone {
                 evidence.push(format!(
                     "the peer {} was {} before this error",
                     peer_name(p),

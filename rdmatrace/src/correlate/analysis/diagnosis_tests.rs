@@ -5,18 +5,18 @@ use crate::event::{AsyncElement, AsyncEvent, ModifyAttrs, QpTrafficDelta, Resour
 use crate::testing::{qp_info, record as rec};
 
 #[derive(Default)]
-struct Analysis {
-    state: Correlator,
+pub(super) struct Analysis {
+    pub state: Correlator,
     analyzer: Analyzer,
 }
 
 impl Analysis {
-    fn push(&mut self, pid: u32, comm: &str, ts: u64, body: Body) {
+    pub fn push(&mut self, pid: u32, comm: &str, ts: u64, body: Body) {
         let mut r = rec(pid, comm, ts, body);
         self.state.observe(&mut r);
         self.analyzer.push(&r, &self.state);
     }
-    fn finish(self) -> Report {
+    pub fn finish(self) -> Report {
         self.analyzer.finish()
     }
 }
@@ -62,7 +62,7 @@ fn connected(a: &mut Analysis, pid: u32, comm: &str, qpn: u32, peer: u32) {
     );
 }
 
-fn wc(qpn: u32, pid: u32, comm: &str, status: &str) -> Body {
+pub(super) fn wc(qpn: u32, pid: u32, comm: &str, status: &str) -> Body {
     Body::WcError(WcError {
         qp: qp_info("rxe0", qpn).key,
         cqn: 3,
@@ -73,7 +73,7 @@ fn wc(qpn: u32, pid: u32, comm: &str, status: &str) -> Body {
     })
 }
 
-fn traffic(qpn: u32, pid: u32, tx: u64, rx: u64) -> Body {
+pub(super) fn traffic(qpn: u32, pid: u32, tx: u64, rx: u64) -> Body {
     Body::QpTraffic(QpTrafficDelta {
         qp: qp_info("rxe0", qpn),
         tx_packets: tx,

@@ -6,6 +6,7 @@
 //! By concern: [`verdict`] (is it RDMA?), [`qps`] (QP accounting), [`blame`] (retransmits),
 //! [`anomalies`] (what went wrong).
 
+pub mod addressing;
 pub mod anomalies;
 pub mod blame;
 pub mod diagnosis;
@@ -168,6 +169,7 @@ impl Analyzer {
                     q.failed_modifies += 1;
                 }
                 self.anomalies.modify_failed(rec, &qp.key.dev, attrs, *ret);
+                self.diag.modify_failed(rec, &qp.key, attrs, *ret);
             }
             Body::QpModify { qp, attrs, .. } => {
                 self.anomalies.modified(rec, &qp.key.dev, attrs);
@@ -179,9 +181,13 @@ impl Analyzer {
                     if let Some(g) = attrs.dgid {
                         q.peer_gid = Some(g);
                     }
+                    if let Some(i) = attrs.sgid_index {
+                        q.sgid_index = Some(i);
+                    }
                 }
             }
             Body::QpRes(r) if r.state.is_some() => {
+                self.diag.table_row(&r.qp.key.dev);
                 if let Some(q) = self.book.live_mut(&r.qp.key, state) {
                     if q.peer_qpn.is_none() {
                         q.peer_qpn = r.rqpn;
@@ -273,6 +279,7 @@ impl Analyzer {
                 self.blame.port_counter(c);
             }
             Body::Port(p) => self.anomalies.port(rec, p),
+            Body::Gid(g) => self.diag.gid(g),
             Body::Async(a) => {
                 self.anomalies.async_event(rec, a);
                 self.diag.async_event(rec, a);
@@ -414,6 +421,8 @@ impl Analyzer {
     }
 }
 
+#[cfg(test)]
+mod addressing_tests;
 #[cfg(test)]
 mod diagnosis_tests;
 #[cfg(test)]

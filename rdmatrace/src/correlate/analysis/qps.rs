@@ -28,6 +28,8 @@ pub struct QpLife {
     pub time_in: BTreeMap<&'static str, u64>,
     pub peer_qpn: Option<u32>,
     pub peer_gid: Option<[u8; 16]>,
+    /// The source GID index of its address vector (last modify that set one).
+    pub sgid_index: Option<u32>,
     pub tx_bytes: u64,
     pub tx_packets: u64,
     pub rx_bytes: u64,
@@ -53,6 +55,7 @@ impl QpLife {
             time_in: BTreeMap::new(),
             peer_qpn: None,
             peer_gid: None,
+            sgid_index: None,
             tx_bytes: 0,
             tx_packets: 0,
             rx_bytes: 0,
