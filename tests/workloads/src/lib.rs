@@ -277,6 +277,17 @@ impl Qp {
     /// RESET -> INIT -> RTR -> RTS towards `peer` over port 1 and GID `gid_index`, path MTU
     /// 1024, ACK timeout 14 (67 ms), `retry_cnt` transport retries (rxe treats 7 as infinite).
     pub fn connect(&self, peer: &Endpoint, gid_index: u8, retry_cnt: u8) -> anyhow::Result<()> {
+        self.connect_with(peer, gid_index, retry_cnt, 7)
+    }
+
+    /// [`Qp::connect`] with `rnr_retry` RNR NAK retries (7 = forever).
+    pub fn connect_with(
+        &self,
+        peer: &Endpoint,
+        gid_index: u8,
+        retry_cnt: u8,
+        rnr_retry: u8,
+    ) -> anyhow::Result<()> {
         let rc = self.modify_to_init();
         if rc != 0 {
             bail!("modify to INIT: errno {rc}");
@@ -311,7 +322,7 @@ impl Qp {
         attr.qp_state = ibv_qp_state::IBV_QPS_RTS;
         attr.timeout = 14;
         attr.retry_cnt = retry_cnt;
-        attr.rnr_retry = 7;
+        attr.rnr_retry = rnr_retry;
         attr.sq_psn = 0;
         attr.max_rd_atomic = 1;
         let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
@@ -354,6 +365,30 @@ impl Qp {
             remote_addr: peer.addr + offset,
             rkey: peer.rkey,
         };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: qp is live; wr and sge outlive the call; the MR covers `local`.
+        let rc = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            bail!("ibv_post_send: errno {rc}");
+        }
+        Ok(())
+    }
+
+    /// Posts a signaled SEND of `local` (registered as `mr`): it consumes a receive the peer
+    /// posted.
+    pub fn post_send(&self, wr_id: u64, mr: &Mr, local: &[u8]) -> anyhow::Result<()> {
+        let mut sge = ibv_sge {
+            addr: local.as_ptr() as u64,
+            length: local.len() as u32,
+            lkey: mr.lkey(),
+        };
+        // SAFETY: all-zero is valid for this C struct (null `next`, no inline data).
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
         let mut bad = std::ptr::null_mut();
         // SAFETY: qp is live; wr and sge outlive the call; the MR covers `local`.
         let rc = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };

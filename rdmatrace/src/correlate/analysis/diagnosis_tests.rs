@@ -251,3 +251,57 @@ fn a_job_told_by_its_environment_not_to_use_rdma_is_diagnosed_and_nothing_else_i
     assert!(d.cause.contains("NCCL_IB_DISABLE=1"), "{}", d.cause);
     assert!(d.fix.contains("unset NCCL_IB_DISABLE"), "{}", d.fix);
 }
+
+fn tcp_8mib() -> Body {
+    Body::TcpBytes(crate::event::TcpBytesDelta {
+        tx_bytes: 8 << 20,
+        rx_bytes: 0,
+        tx_calls: 128,
+        rx_calls: 0,
+    })
+}
+
+fn verbs(func: &str) -> Body {
+    Body::VerbsCall(crate::event::VerbsCall {
+        func: func.into(),
+        stack: Vec::new(),
+    })
+}
+
+#[test]
+fn a_process_that_found_no_device_and_moved_data_over_tcp_is_no_rdma_device() {
+    let mut a = Analysis::default();
+    // Looked, found the list empty (a container without /dev/infiniband), used TCP.
+    a.push(7, "trainer", 1, verbs("ibv_get_device_list"));
+    a.push(7, "trainer", 2, tcp_8mib());
+    // Looked, opened nothing either, but told by its environment to use TCP: that says why.
+    a.state.env_seen(8, "NCCL_IB_DISABLE", "1");
+    a.push(8, "told", 1, verbs("ibv_get_device_list"));
+    a.push(8, "told", 2, tcp_8mib());
+    // Never looked: plain TCP, nothing to diagnose.
+    a.push(9, "loader", 2, tcp_8mib());
+    let r = a.finish();
+    let verdict = |pid| {
+        r.processes
+            .iter()
+            .find(|p| p.stats.pid == pid)
+            .map(|p| p.verdict)
+    };
+    assert_eq!(verdict(7), Some(Verdict::TcpFallback));
+    assert_eq!(verdict(9), Some(Verdict::Tcp));
+    let kinds: Vec<_> = r.diagnoses.iter().map(|d| (d.kind, d.pid)).collect();
+    assert_eq!(
+        kinds,
+        [("transport_disabled_by_env", 8), ("no_rdma_device", 7)],
+        "{:#?}",
+        r.diagnoses
+    );
+    assert!(
+        r.diagnoses[1]
+            .evidence
+            .iter()
+            .any(|e| e == "looked for RDMA devices (1 ibv_get_device_list call(s)) and opened none"),
+        "{:?}",
+        r.diagnoses[1].evidence
+    );
+}

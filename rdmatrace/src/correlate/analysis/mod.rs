@@ -11,6 +11,7 @@ pub mod anomalies;
 pub mod blame;
 pub mod diagnosis;
 pub mod qps;
+pub mod transport;
 pub mod verdict;
 
 use std::collections::BTreeMap;
@@ -201,6 +202,12 @@ impl Analyzer {
                 if !p.devices.contains(&r.dev) {
                     p.devices.push(r.dev.clone());
                 }
+            }
+            Body::VerbsCall(v) if v.func == "ibv_get_device_list" => {
+                self.proc(rec.pid, &rec.comm).device_lookups += 1;
+            }
+            Body::VerbsCall(v) if v.func == "ibv_open_device" => {
+                self.proc(rec.pid, &rec.comm).device_open_calls += 1;
             }
             Body::ProcessExit { exit_code, .. } => {
                 if let Some(p) = self.procs.get_mut(&rec.pid) {
@@ -401,7 +408,8 @@ impl Analyzer {
         }
         let processes = self.verdicts();
         let mut diagnoses = self.diag.finish(&self.book.qps, self.traffic_measured);
-        diagnosis::transport_env(&processes, self.last_wall_ns, &mut diagnoses);
+        transport::transport_env(&processes, self.last_wall_ns, &mut diagnoses);
+        transport::no_device(&processes, self.last_wall_ns, &mut diagnoses);
         let (blame, port_counters) = self.blame.finish();
         let mut anomalies = self.anomalies.list;
         anomalies.sort_by_key(|a| a.ts_ns);

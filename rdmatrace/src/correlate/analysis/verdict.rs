@@ -38,6 +38,10 @@ pub struct ProcStats {
     pub comm: CompactString,
     pub devices: Vec<CompactString>,
     pub ctx_opens: u64,
+    /// Calls to `ibv_get_device_list` (verbs probes): the process looked for RDMA devices.
+    pub device_lookups: u64,
+    /// Calls to `ibv_open_device` (verbs probes), successful or not.
+    pub device_open_calls: u64,
     pub qps_created: u64,
     pub qps_rts: u64,
     pub qp_types: Vec<String>,
@@ -96,6 +100,8 @@ impl ProcStats {
         self.tcp_tx_bytes += o.tcp_tx_bytes;
         self.tcp_rx_bytes += o.tcp_rx_bytes;
         self.tcp_calls += o.tcp_calls;
+        self.device_lookups += o.device_lookups;
+        self.device_open_calls += o.device_open_calls;
         self.retrans_rdma += o.retrans_rdma;
         self.retrans_tcp += o.retrans_tcp;
         for kv in &o.env {
@@ -127,7 +133,10 @@ pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
     if !touched {
         // A few KiB of TCP (a bootstrap, a health check) is not a transport for data: two MPI
         // ranks that moved their data through shared memory are idle, not tcp.
-        if tcp_data {
+        if tcp_data && p.device_lookups > 0 {
+            // It looked for RDMA devices, opened none, and moved its data over TCP.
+            Verdict::TcpFallback
+        } else if tcp_data {
             Verdict::Tcp
         } else if tcp == 0 && p.retrans_tcp > 0 {
             Verdict::Unknown
@@ -169,6 +178,20 @@ pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) 
                 p.qp_types.join("/")
             },
             p.qps_rts
+        ));
+    }
+    if !touched && p.device_lookups > 0 {
+        ev.push(format!(
+            "looked for RDMA devices ({} ibv_get_device_list call(s)) and opened none{}",
+            p.device_lookups,
+            if p.device_open_calls > 0 {
+                format!(
+                    ": {} ibv_open_device call(s) created no device context",
+                    p.device_open_calls
+                )
+            } else {
+                String::new()
+            }
         ));
     }
     if traffic_measured && touched {

@@ -5,7 +5,8 @@
 //! Usage: `rt-mover --from-dev rxe0 --to-dev rxe1 [--mib 64] [--transport rdma|tcp]
 //!         [--events] [--retry-cnt N] [--kill-peer-after-mib M] [--gid-index 1]
 //!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S] [--chunk-kib K]
-//!         [--no-remote-write] [--overflow-cq]`
+//!         [--no-remote-write] [--overflow-cq] [--wrong-dest-qpn] [--peer-gid-index N]
+//!         [--send-without-recv] [--rnr-retry N]`
 //!
 //! RDMA: RC QPs, signaled RDMA WRITEs of `--chunk-kib` (64) KiB, 16 in flight; `--events` waits on a
 //! completion channel instead of polling. `--kill-peer-after-mib M` destroys the receiving QP
@@ -16,6 +17,12 @@
 //! program that forgot the flag would: the first write fails with a remote access error.
 //! `--overflow-cq` gives the sender a CQ of 1 entry and posts 16 signaled writes without
 //! polling it, as a program with an undersized CQ would: the CQ overflows (exit code 3).
+//! `--wrong-dest-qpn` connects the sender to a QPN that does not exist (a stale or garbled
+//! out-of-band exchange): its writes are never answered. `--peer-gid-index N` tells the
+//! receiver the sender's GID of index N while the sender sends from `--gid-index`, as two
+//! ends configured with different GID indexes would be. `--send-without-recv` sends with
+//! SENDs while the receiver never posts a receive buffer: the receiver answers with RNR NAKs
+//! until the sender's `--rnr-retry` (default 7, forever) run out.
 //!
 //! Output: `rt-mover: pid P transport T sender DEV qpn 0xN receiver DEV qpn 0xN`, then
 //! `rt-mover: moved B bytes`, or `rt-mover: wc error status S (TEXT) qpn 0xN` and exit code 2.
@@ -44,6 +51,10 @@ struct Opts {
     chunk: usize,
     no_remote_write: bool,
     overflow_cq: bool,
+    wrong_dest_qpn: bool,
+    peer_gid_index: Option<u8>,
+    send: bool,
+    rnr_retry: u8,
 }
 
 fn opts() -> anyhow::Result<Opts> {
@@ -62,6 +73,10 @@ fn opts() -> anyhow::Result<Opts> {
         chunk: 64 << 10,
         no_remote_write: false,
         overflow_cq: false,
+        wrong_dest_qpn: false,
+        peer_gid_index: None,
+        send: false,
+        rnr_retry: 7,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -81,6 +96,10 @@ fn opts() -> anyhow::Result<Opts> {
             "--chunk-kib" => o.chunk = val()?.parse::<usize>()? << 10,
             "--no-remote-write" => o.no_remote_write = true,
             "--overflow-cq" => o.overflow_cq = true,
+            "--wrong-dest-qpn" => o.wrong_dest_qpn = true,
+            "--peer-gid-index" => o.peer_gid_index = Some(val()?.parse()?),
+            "--send-without-recv" => o.send = true,
+            "--rnr-retry" => o.rnr_retry = val()?.parse()?,
             other => bail!("unknown argument {other:?}"),
         }
     }
@@ -126,7 +145,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     let dmr = dst.reg_mr(&mut dbuf, acc::IBV_ACCESS_LOCAL_WRITE.0 | remote)?;
     let s_end = Endpoint {
         qpn: sqp.qpn(),
-        gid: src.gid(i32::from(o.gid_index))?,
+        gid: src.gid(i32::from(o.peer_gid_index.unwrap_or(o.gid_index)))?,
         addr: 0,
         rkey: 0,
     };
@@ -139,7 +158,16 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     if let Some(q) = &dqp {
         q.connect(&s_end, o.gid_index, o.retry_cnt)?;
     }
-    sqp.connect(&d_end, o.gid_index, o.retry_cnt)?;
+    let target = Endpoint {
+        // Far above the QPNs rxe hands out on a lab host.
+        qpn: if o.wrong_dest_qpn { 0xfedc0 } else { d_end.qpn },
+        ..d_end
+    };
+    sqp.connect_with(&target, o.gid_index, o.retry_cnt, o.rnr_retry)?;
+    if o.wrong_dest_qpn {
+        println!("rt-mover: sender connected to qpn {:#08x}", target.qpn);
+        let _ = std::io::stdout().flush();
+    }
 
     if o.overflow_cq {
         // Every write signaled, the CQ never polled: completions beyond its size overflow it.
@@ -161,7 +189,11 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     while done < total {
         while inflight < DEPTH && posted < total {
             let slot = (posted / chunk as u64) % DEPTH as u64;
-            sqp.post_write(posted, &smr, &sbuf, &d_end, slot * chunk as u64)?;
+            if o.send {
+                sqp.post_send(posted, &smr, &sbuf)?;
+            } else {
+                sqp.post_write(posted, &smr, &sbuf, &d_end, slot * chunk as u64)?;
+            }
             posted += chunk as u64;
             inflight += 1;
         }
