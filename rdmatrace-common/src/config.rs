@@ -149,11 +149,20 @@ pub struct ProbeConfig {
     /// `__ib_unregister_device(ib_dev)`: a device is going away. Took the place of the
     /// trailing pad, so the size is unchanged.
     pub unreg_arg_dev: u32,
+    /// `ib_umem_get(device, addr, size, access)`: the `ib_device *` and the size.
+    pub umem_arg_dev: u32,
+    pub umem_arg_size: u32,
+    /// `task_struct.signal`, and `signal_struct.rlim[RLIMIT_MEMLOCK].rlim_cur` inside it.
+    pub task_signal: u32,
+    pub signal_rlim_memlock: u32,
+    /// `task_struct.mm`, and `mm_struct.pinned_vm` (pages) inside it.
+    pub task_mm: u32,
+    pub mm_pinned_vm: u32,
 }
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 23 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 29 * 4);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -257,6 +266,12 @@ impl ProbeConfig {
             mlx5_event_arg_qp: U,
             mlx5_event_arg_type: U,
             unreg_arg_dev: U,
+            umem_arg_dev: U,
+            umem_arg_size: U,
+            task_signal: U,
+            signal_rlim_memlock: U,
+            task_mm: U,
+            mm_pinned_vm: U,
         }
     }
 }

@@ -58,6 +58,10 @@ pub static PENDING_DESTROY: HashMap<u64, QpDestroyEvent> =
 #[map]
 pub static SOCK_OWNER: LruHashMap<u64, Owner> = LruHashMap::with_max_entries(MAX_SOCKETS, 0);
 
+/// `ib_umem_get` entry -> return: (device, size) per task.
+#[map]
+pub static PENDING_UMEM: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
 /// `rdma_restrack_add` entry argument (the `rdma_restrack_entry *`) by pid_tgid, until it
 /// returns: the tracker id is only assigned inside the call.
 #[map]

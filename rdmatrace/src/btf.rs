@@ -164,6 +164,11 @@ pub fn offset_of(btf: &Btf, ty: &str, path: &str) -> Result<u32, BtfError> {
     Ok(bits / 8)
 }
 
+/// Size in bytes of `struct ty`.
+pub fn struct_size(btf: &Btf, ty: &str) -> Result<u32, BtfError> {
+    Ok(find_struct(btf, ty)?.size() as u32)
+}
+
 /// Whether `struct ty`'s `member` is an inline array (e.g. `char name[64]`), not a pointer.
 pub fn is_array(btf: &Btf, ty: &str, member: &str) -> Result<bool, BtfError> {
     let s = find_struct(btf, ty)?;

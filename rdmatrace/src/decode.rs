@@ -8,7 +8,7 @@ use rdmatrace_common::event::{
     CqNotifySample, EventHeader, EventKind, PortSample, ProcessEvent, QpCounterSample,
     QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample, QpTrafficSample,
     ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp,
-    VerbsCallEvent, WcErrorEvent, GidSample, AV_SGID_INDEX, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    VerbsCallEvent, WcErrorEvent, GidSample, UmemFailedEvent, AV_SGID_INDEX, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
 };
 
 use crate::{
@@ -16,7 +16,7 @@ use crate::{
     event::{
         cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
         AsyncElement, AsyncEvent, Body, CmEvent, CompactString, CounterDelta, CpuSample,
-        CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo, QpKey,
+        CqNotifyDelta, Frame, GidInfo, UmemFailed, ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo, QpKey,
         QpResRow, QpState, QpTrafficDelta, Record, ResChange, ResType, Resource, Retransmit,
         TcpBytesDelta, TcpState, TcpTuple, Transport, VerbsCall, WcError,
     },
@@ -459,6 +459,18 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 netdev_mtu: (ev.netdev_mtu != 0).then_some(ev.netdev_mtu),
                 link_layer: c_str(&ev.link_layer).into(),
                 netdev: c_str(&ev.netdev).into(),
+            });
+            (ev.header, body)
+        }
+        EventKind::UmemFailed => {
+            let ev: UmemFailedEvent = read(bytes, kind)?;
+            let body = Body::UmemFailed(UmemFailed {
+                dev: c_str(&ev.dev),
+                ret: ev.ret,
+                size: ev.size,
+                memlock: (ev.memlock != u64::MAX).then_some(ev.memlock),
+                // Pages of 4 KiB: the unit of `mm->pinned_vm` on every architecture built.
+                pinned: (ev.pinned_pages != u64::MAX).then(|| ev.pinned_pages.saturating_mul(4096)),
             });
             (ev.header, body)
         }

@@ -27,6 +27,8 @@ pub enum EventKind {
     WcError = 12,
     /// The cgroup (v2) of a process, sent before its first event and again when it changes.
     ProcessCgroup = 13,
+    /// Pinning user memory for an RDMA registration failed (`ib_umem_get` returned an error).
+    UmemFailed = 14,
     /// A control-path verbs call with the caller's user stack (uprobe on libibverbs/librdmacm).
     /// Kinds 20-29 are for stack-bearing records.
     VerbsCall = 20,
@@ -47,7 +49,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 23] = [
+    pub const ALL: [EventKind; 24] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
@@ -61,6 +63,7 @@ impl EventKind {
         EventKind::TcpState,
         EventKind::WcError,
         EventKind::ProcessCgroup,
+        EventKind::UmemFailed,
         EventKind::VerbsCall,
         EventKind::CpuSample,
         EventKind::TcpBytes,
@@ -88,6 +91,7 @@ impl EventKind {
             11 => Some(EventKind::TcpState),
             12 => Some(EventKind::WcError),
             13 => Some(EventKind::ProcessCgroup),
+            14 => Some(EventKind::UmemFailed),
             20 => Some(EventKind::VerbsCall),
             21 => Some(EventKind::CpuSample),
             100 => Some(EventKind::TcpBytes),
@@ -183,6 +187,25 @@ pub struct QpModifyEvent {
 const _: () = assert!(core::mem::size_of::<QpModifyEvent>() == 168);
 /// [`QpModifyEvent::av_flags`]: `sgid_index` holds the source GID index.
 pub const AV_SGID_INDEX: u8 = 1;
+
+/// `ib_umem_get()` failed: user memory of an MR (or, for some drivers, a queue buffer) could
+/// not be pinned. Sent from the calling process's context.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UmemFailedEvent {
+    pub header: EventHeader,
+    pub dev: [u8; DEV_NAME_LEN],
+    /// The negative errno.
+    pub ret: i32,
+    pub _pad: u32,
+    /// Bytes asked to pin.
+    pub size: u64,
+    /// The caller's `RLIMIT_MEMLOCK` soft limit in bytes (`u64::MAX`: unlimited or unread).
+    pub memlock: u64,
+    /// Pages its address space had pinned already (`mm->pinned_vm`; `u64::MAX`: unread).
+    pub pinned_pages: u64,
+}
+const _: () = assert!(core::mem::size_of::<UmemFailedEvent>() == 40 + 64 + 8 + 24);
 
 /// `ib_destroy_qp_user()` returned.
 #[repr(C)]
@@ -609,6 +632,8 @@ mod pod {
     unsafe impl aya::Pod for PortSample {}
     // SAFETY: as above.
     unsafe impl aya::Pod for GidSample {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for UmemFailedEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for VerbsCallEvent {}
     // SAFETY: as above.

@@ -9,4 +9,5 @@ pub mod res;
 pub mod rxe;
 pub mod sched;
 pub mod tcp;
+pub mod umem;
 pub mod verbs;

@@ -15,6 +15,7 @@ pub mod res;
 pub mod rxe;
 pub mod sched;
 pub mod tcp;
+pub mod umem;
 pub mod verbs;
 
 /// How a program attaches.
@@ -86,6 +87,7 @@ pub struct Area {
 pub const AREAS: &[Area] = &[
     qp::AREA,
     res::AREA,
+    umem::AREA,
     async_event::AREA,
     async_event::DEV_AREA,
     cm::AREA,

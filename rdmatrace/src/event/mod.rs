@@ -398,6 +398,19 @@ pub struct PortInfo {
     pub netdev: String,
 }
 
+/// Pinning user memory for a registration failed (`ib_umem_get`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UmemFailed {
+    pub dev: CompactString,
+    /// Negative errno.
+    pub ret: i32,
+    pub size: u64,
+    /// RLIMIT_MEMLOCK (bytes); `None`: unlimited or not read.
+    pub memlock: Option<u64>,
+    /// Bytes the process had pinned already; `None`: not read.
+    pub pinned: Option<u64>,
+}
+
 /// One entry of a port's GID table (sampled at start and on change).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GidInfo {
@@ -460,6 +473,7 @@ pub enum Body {
     QpCounter(QpCounterDelta),
     Port(PortInfo),
     Gid(GidInfo),
+    UmemFailed(UmemFailed),
     VerbsCall(VerbsCall),
     CpuSample(CpuSample),
     /// Events the kernel could not deliver (ring buffer full) since the previous report, on
@@ -501,6 +515,7 @@ impl Body {
             Body::QpCounter(_) => "qp_counter",
             Body::Port(_) => "port",
             Body::Gid(_) => "gid",
+            Body::UmemFailed(_) => "mr_reg_failed",
             Body::VerbsCall(_) => "verbs_call",
             Body::CpuSample(_) => "cpu_sample",
             Body::Lost { .. } => "lost",
@@ -552,6 +567,7 @@ impl Record {
             Body::QpCounter(c) => Some(&c.dev),
             Body::Port(p) => Some(&p.dev),
             Body::Gid(g) => Some(&g.dev),
+            Body::UmemFailed(u) if !u.dev.is_empty() => Some(&u.dev),
             b => b.qp().map(|q| q.key.dev.as_str()),
         }
     }

@@ -95,6 +95,7 @@ pub fn to_json(rec: &Record, at: Option<&Place>) -> Value {
             opt(&mut d, "retry_cnt", a.retry_cnt);
             opt(&mut d, "rnr_retry", a.rnr_retry);
             opt(&mut d, "dgid", a.dgid.as_ref().map(gid_text));
+            opt(&mut d, "sgid_index", a.sgid_index);
             d.insert("ret".into(), (*ret).into());
         }
         Body::ProcessExec { ppid } => {
@@ -210,6 +211,13 @@ pub fn to_json(rec: &Record, at: Option<&Place>) -> Value {
             d.insert("link_layer".into(), p.link_layer.clone().into());
             d.insert("netdev".into(), p.netdev.clone().into());
             d.insert("netdev_mtu".into(), p.netdev_mtu.into());
+        }
+        Body::UmemFailed(u) => {
+            d.insert("dev".into(), u.dev.as_str().into());
+            d.insert("ret".into(), u.ret.into());
+            d.insert("size".into(), u.size.into());
+            d.insert("memlock".into(), u.memlock.into());
+            d.insert("pinned".into(), u.pinned.into());
         }
         Body::Gid(g) => {
             d.insert("dev".into(), g.dev.as_str().into());

@@ -179,6 +179,19 @@ pub fn line_in(rec: &Record, at: Option<&Place>) -> String {
             }
             ("port", d)
         }
+        Body::UmemFailed(u) => (
+            "mr_reg_failed",
+            format!(
+                "{} bytes: {}{}",
+                u.size,
+                crate::format::errno_text(u.ret),
+                u.memlock.map_or_else(String::new, |m| format!(
+                    " (RLIMIT_MEMLOCK {}, pinned {})",
+                    crate::format::size(m),
+                    u.pinned.map_or("?".into(), crate::format::size)
+                ))
+            ),
+        ),
         Body::Gid(g) => (
             "gid",
             format!(

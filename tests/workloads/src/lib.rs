@@ -146,7 +146,12 @@ impl Verbs {
             )
         };
         if mr.is_null() {
-            bail!("ibv_reg_mr failed: {}", std::io::Error::last_os_error());
+            bail!(
+                "ibv_reg_mr of {} bytes on {} failed: {}",
+                buf.len(),
+                self.name,
+                std::io::Error::last_os_error()
+            );
         }
         Ok(Mr { mr })
     }

@@ -15,7 +15,7 @@ use super::{
 use crate::{
     event::{
         AsyncElement, AsyncEvent, CompactString, GidInfo, ModifyAttrs, QpKey, QpState, Record,
-        ResType, Resource, WcError,
+        ResType, Resource, UmemFailed, WcError,
     },
     format::gid_text,
 };
@@ -246,6 +246,70 @@ impl Diagnoser {
                   request of the QPs that share it (send + receive queue depths)"
                 .into(),
             consequences: vec!["the CQ is in error: its QPs' completions are lost".into()],
+        });
+    }
+
+    /// `mr_reg_failed`: user memory of a registration could not be pinned.
+    pub fn umem_failed(&mut self, rec: &Record, u: &UmemFailed) {
+        use crate::format::{errno_text, size};
+        let dev = if u.dev.is_empty() { "?" } else { u.dev.as_str() };
+        let mut evidence = vec![format!(
+            "pinning {} ({} bytes) for a registration on {dev} failed: {}",
+            size(u.size),
+            u.size,
+            errno_text(u.ret)
+        )];
+        let over_limit = match (u.memlock, u.pinned) {
+            (Some(limit), pinned) => {
+                evidence.push(format!(
+                    "RLIMIT_MEMLOCK {}{}",
+                    size(limit),
+                    pinned.map_or_else(String::new, |p| format!(", {} already pinned", size(p)))
+                ));
+                u.ret == -12 && u.size.saturating_add(pinned.unwrap_or(0)) > limit
+            }
+            (None, _) => false,
+        };
+        let (cause, fix) = if over_limit {
+            (
+                format!(
+                    "pid {} ({}) could not register {} on {dev}: it is over its locked-memory limit (RLIMIT_MEMLOCK {})",
+                    rec.pid,
+                    rec.comm,
+                    size(u.size),
+                    size(u.memlock.unwrap_or(0))
+                ),
+                "raise the locked-memory limit of the process (`ulimit -l unlimited`, systemd \
+                 LimitMEMLOCK=infinity, docker --ulimit memlock=-1, the pod's runtime limits) \
+                 or register less memory; processes with CAP_IPC_LOCK are not limited"
+                    .to_string(),
+            )
+        } else {
+            (
+                format!(
+                    "pid {} ({}) could not register {} on {dev}: {}",
+                    rec.pid,
+                    rec.comm,
+                    size(u.size),
+                    errno_text(u.ret)
+                ),
+                "check the buffer (mapped, not larger than the device's max MR size) and the \
+                 access flags against the device's capabilities (`ibv_devinfo -v`)"
+                    .to_string(),
+            )
+        };
+        self.found.push(Diagnosis {
+            kind: "mr_reg_failed",
+            ts_ns: rec.ts_ns,
+            wall_ns: rec.wall_ns,
+            pid: rec.pid,
+            comm: rec.comm.clone(),
+            dev: (!u.dev.is_empty()).then(|| u.dev.clone()),
+            qpn: None,
+            cause,
+            evidence,
+            fix,
+            consequences: vec!["the registration returned an error to the program".into()],
         });
     }
 

@@ -305,3 +305,35 @@ fn a_process_that_found_no_device_and_moved_data_over_tcp_is_no_rdma_device() {
         r.diagnoses[1].evidence
     );
 }
+
+#[test]
+fn a_registration_over_the_memlock_limit_is_mr_reg_failed_with_the_limit() {
+    let mut a = Analysis::default();
+    let failed = |ret, memlock| {
+        Body::UmemFailed(crate::event::UmemFailed {
+            dev: "rxe1".into(),
+            ret,
+            size: 16 << 20,
+            memlock,
+            pinned: Some(64 << 10),
+        })
+    };
+    a.push(7, "trainer", 5, failed(-12, Some(64 << 10)));
+    // Another errno, or no limit read: named by its errno, not blamed on the limit.
+    a.push(8, "other", 6, failed(-14, None));
+    let r = a.finish();
+    let kinds: Vec<_> = r.diagnoses.iter().map(|d| (d.kind, d.pid)).collect();
+    assert_eq!(kinds, [("mr_reg_failed", 7), ("mr_reg_failed", 8)]);
+    let (d, e) = (&r.diagnoses[0], &r.diagnoses[1]);
+    assert!(d.cause.contains("over its locked-memory limit (RLIMIT_MEMLOCK 64.0 KiB)"), "{}", d.cause);
+    assert_eq!(d.dev.as_deref(), Some("rxe1"));
+    assert_eq!(
+        d.evidence,
+        [
+            "pinning 16.0 MiB (16777216 bytes) for a registration on rxe1 failed: -12 (ENOMEM)",
+            "RLIMIT_MEMLOCK 64.0 KiB, 64.0 KiB already pinned"
+        ]
+    );
+    assert!(d.fix.contains("ulimit -l"), "{}", d.fix);
+    assert!(e.cause.ends_with("-14 (EFAULT)"), "{}", e.cause);
+}

@@ -1,0 +1,277 @@
+//! Lab tier, diagnoses: real programs that really have a fault — a wrong dest QPN, GID indexes
+//! that do not match, a receiver that never posts receives, a process in a mount namespace
+//! without /dev/infiniband — each recorded, reported, and the diagnosis checked against what
+//! the program printed (kind, process, device, QP); and a healthy pingpong that gets none.
+//! Ignored outside the lab VM (`cargo xtask test` runs them there).
+
+mod common;
+
+use std::{
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use common::{lab::*, *};
+use serde_json::{json, Value};
+
+/// Records while `work` runs, then returns `report --json`'s data and what `work` returned.
+fn recorded<T>(name: &str, work: impl FnOnce() -> T) -> (Value, T) {
+    let dir = test_dir(name);
+    let file = dir.path().join(format!("{name}.rdmt"));
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path], READY_TIMEOUT);
+    let got = work();
+    sleep(Duration::from_millis(1500));
+    let rec = recorder.stop();
+    assert!(rec.status.success(), "{}", rec.stderr);
+    let report = run(&["report", path, "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
+    (r["data"].clone(), got)
+}
+
+fn diagnoses(data: &Value) -> Vec<Value> {
+    data["diagnoses"].as_array().expect("diagnoses").clone()
+}
+
+/// Waits for `child` at most `secs`, killing it after; returns its output.
+fn wait_killing(mut child: Child, secs: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    text(&child.wait_with_output().expect("output"))
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_dest_qpn_that_does_not_exist_is_named_on_the_sending_qp() {
+    in_lab();
+    let (data, (pid, out, code)) = recorded("lab-dest-qpn", || {
+        mover(&["--mib", "1", "--wrong-dest-qpn", "--retry-cnt", "1"], &[])
+    });
+    assert_eq!(code, Some(2), "the writes must fail: {out}");
+    assert!(out.contains("sender connected to qpn 0x0fedc0"), "{out}");
+    let (sdev, sqpn) = mover_qp(&out, "sender");
+    let diags = diagnoses(&data);
+    assert_eq!(diags.len(), 1, "{diags:#?}\n{out}");
+    let d = &diags[0];
+    assert_eq!(d["kind"], json!("dest_qpn_unknown"), "{d:#}");
+    assert_eq!(
+        (&d["pid"], &d["dev"], &d["qpn"]),
+        (&json!(pid), &json!(sdev), &json!(sqpn)),
+        "{d:#}"
+    );
+    assert!(
+        d["cause"].as_str().unwrap_or_default().contains("QPN 0xfedc0 on rxe1"),
+        "{d:#}"
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_gid_indexes_that_do_not_match_are_gid_mismatch() {
+    in_lab();
+    // Our mover: the receiver is told the sender's link-local GID (index 0) while the sender
+    // sends from its IPv4 one (index 1).
+    let (data, (pid, out, _)) = recorded("lab-gid-mover", || {
+        mover(&["--mib", "1", "--peer-gid-index", "0", "--retry-cnt", "1"], &[])
+    });
+    let ends = [mover_qp(&out, "sender"), mover_qp(&out, "receiver")];
+    let diags = diagnoses(&data);
+    assert_eq!(diags.len(), 1, "{diags:#?}\n{out}");
+    let d = &diags[0];
+    assert_eq!((&d["kind"], &d["pid"]), (&json!("gid_mismatch"), &json!(pid)), "{d:#}");
+    assert!(
+        ends.iter()
+            .any(|(dev, qpn)| d["dev"] == json!(dev) && d["qpn"] == json!(qpn)),
+        "names one of {ends:?}: {d:#}"
+    );
+
+    // ibv_rc_pingpong with -g 0 on one side and -g 1 on the other.
+    let (data, (server, client)) = recorded("lab-gid-pingpong", || {
+        let server = Command::new("ibv_rc_pingpong")
+            .args(["-d", "rxe1", "-g", "0", "-n", "5"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ibv_rc_pingpong server");
+        let spid = server.id();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let client = loop {
+            let c = Command::new("ibv_rc_pingpong")
+                .args(["-d", "rxe0", "-g", "1", "-n", "5", "192.0.2.2"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start ibv_rc_pingpong client");
+            let cpid = c.id();
+            let t = wait_killing(c, 20);
+            if !t.contains("Couldn't connect") || Instant::now() > deadline {
+                break (cpid, t);
+            }
+            sleep(Duration::from_millis(300));
+        };
+        ((spid, wait_killing(server, 20)), client)
+    });
+    let ends = [
+        (server.0, "rxe1", local_qpn(&server.1)),
+        (client.0, "rxe0", local_qpn(&client.1)),
+    ];
+    let diags = diagnoses(&data);
+    let mismatches: Vec<&Value> = diags
+        .iter()
+        .filter(|d| d["kind"] == json!("gid_mismatch"))
+        .collect();
+    assert!(!mismatches.is_empty(), "{diags:#?}\n{server:?}\n{client:?}");
+    for d in &mismatches {
+        assert!(
+            ends.iter().any(|(pid, dev, qpn)| d["pid"] == json!(pid)
+                && d["dev"] == json!(dev)
+                && d["qpn"] == json!(qpn)),
+            "names one of {ends:?}: {d:#}"
+        );
+        assert_eq!(d["comm"], json!("ibv_rc_pingpong"), "{d:#}");
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_rnr_names_the_receiver_that_posted_no_receives() {
+    in_lab();
+    let (data, (pid, out, code)) = recorded("lab-rnr", || {
+        mover(&["--mib", "1", "--send-without-recv", "--rnr-retry", "1"], &[])
+    });
+    assert_eq!(code, Some(2), "the sends must fail: {out}");
+    assert!(out.contains("RNR retry counter exceeded"), "{out}");
+    let (sdev, sqpn) = mover_qp(&out, "sender");
+    let diags = diagnoses(&data);
+    assert_eq!(diags.len(), 1, "{diags:#?}\n{out}");
+    let d = &diags[0];
+    assert_eq!(d["kind"], json!("rnr"), "{d:#}");
+    assert_eq!(
+        (&d["pid"], &d["dev"], &d["qpn"]),
+        (&json!(pid), &json!(sdev), &json!(sqpn)),
+        "{d:#}"
+    );
+    assert!(
+        d["cause"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("receiver pid {pid} (rt-mover)")),
+        "{d:#}"
+    );
+    assert!(
+        d["evidence"].to_string().contains(&format!("rnr_retry 1 on QP {sqpn:#x}")),
+        "{d:#}"
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_process_whose_namespace_has_no_rdma_device_is_no_rdma_device() {
+    in_lab();
+    // A mount namespace whose /dev/infiniband is empty, as a container without the device.
+    let script = format!(
+        "mount -t tmpfs none /dev/infiniband && exec {} --any-device --from 192.0.2.1 --to 192.0.2.2 --mib 4",
+        workload("rt-fallback").display()
+    );
+    let (data, out) = recorded("lab-no-device", || {
+        text(
+            &Command::new("unshare")
+                .args(["-m", "sh", "-c", &script])
+                .output()
+                .expect("run rt-fallback in a namespace"),
+        )
+    });
+    assert!(out.contains("no rdma device"), "{out}");
+    let pid: u32 = out
+        .split_whitespace()
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {out}"));
+    let procs = data["processes"].as_array().expect("processes");
+    let p = procs
+        .iter()
+        .find(|p| p["pid"] == json!(pid))
+        .unwrap_or_else(|| panic!("pid {pid} not in {procs:#?}"));
+    assert_eq!(p["verdict"], json!("tcp_fallback"), "{p:#}");
+    let diags = diagnoses(&data);
+    let d = diags
+        .iter()
+        .find(|d| d["kind"] == json!("no_rdma_device"))
+        .unwrap_or_else(|| panic!("no no_rdma_device: {diags:#?}"));
+    assert_eq!((&d["pid"], &d["comm"]), (&json!(pid), &json!("rt-fallback")), "{d:#}");
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_healthy_pingpong_and_its_teardown_get_no_diagnosis() {
+    in_lab();
+    let (data, ((spid, sout), (cpid, cout))) = recorded("lab-healthy", rc_pingpong);
+    assert!(sout.contains("iters in"), "{sout}");
+    assert!(cout.contains("iters in"), "{cout}");
+    let procs = data["processes"].as_array().expect("processes");
+    for pid in [spid, cpid] {
+        assert!(
+            procs.iter().any(|p| p["pid"] == json!(pid) && p["verdict"] == json!("rdma")),
+            "pid {pid}: {procs:#?}"
+        );
+    }
+    assert_eq!(diagnoses(&data), Vec::<Value>::new());
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_registration_over_the_memlock_limit_is_mr_reg_failed_with_the_limit() {
+    in_lab();
+    // 8 KiB of locked memory and no CAP_IPC_LOCK (root would not be limited): the mover's
+    // first buffer larger than two pages cannot be pinned. prlimit and setpriv exec, so the
+    // child's pid is the mover's.
+    let (data, (pid, out)) = recorded("lab-memlock", || {
+        let c = Command::new("prlimit")
+            .args(["--memlock=8192:8192", "setpriv", "--bounding-set", "-ipc_lock"])
+            .arg(workload("rt-mover"))
+            .args(["--mib", "1"])
+            .args(rxe_chunk_args())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rt-mover under prlimit");
+        (c.id(), wait_killing(c, 60))
+    });
+    // "ibv_reg_mr of 65536 bytes on rxe0 failed: Cannot allocate memory"
+    let failed = out
+        .lines()
+        .find(|l| l.contains("ibv_reg_mr of"))
+        .unwrap_or_else(|| panic!("the registration must fail: {out}"));
+    assert!(failed.contains("Cannot allocate memory"), "{failed}");
+    let words: Vec<&str> = failed.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "of").expect("of");
+    let (size, dev) = (words[at + 1], words[at + 4]);
+    let diags = diagnoses(&data);
+    assert_eq!(diags.len(), 1, "{diags:#?}\n{out}");
+    let d = &diags[0];
+    assert_eq!(d["kind"], json!("mr_reg_failed"), "{d:#}");
+    assert_eq!(
+        (&d["pid"], &d["comm"], &d["dev"]),
+        (&json!(pid), &json!("rt-mover"), &json!(dev)),
+        "{d:#}"
+    );
+    let cause = d["cause"].as_str().unwrap_or_default();
+    assert!(
+        cause.contains("over its locked-memory limit (RLIMIT_MEMLOCK 8.0 KiB)"),
+        "{d:#}"
+    );
+    assert!(
+        d["evidence"].to_string().contains(&format!("({size} bytes)")),
+        "the evidence names the size the program asked for: {d:#}"
+    );
+}
