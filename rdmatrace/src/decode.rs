@@ -5,10 +5,11 @@ use std::mem::size_of;
 use rdmatrace_common::event::{
     async_source, attr_mask as mask, element, reason, transport, verbs_func,
     AsyncEvent as RawAsync, CgroupEvent, CmEvent as RawCm, CounterSample, CpuSampleEvent,
-    CqNotifySample, EventHeader, EventKind, PortSample, ProcessEvent, QpCounterSample,
+    CqNotifySample, EventHeader, EventKind, GidSample, PortSample, ProcessEvent, QpCounterSample,
     QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample, QpTrafficSample,
     ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp,
-    VerbsCallEvent, WcErrorEvent, GidSample, UmemFailedEvent, AV_SGID_INDEX, QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_SGID_INDEX, QP_TRAFFIC_SAMPLE_V1,
+    RESOURCE_EVENT_V1, STATE_UNKNOWN,
 };
 
 use crate::{
@@ -16,9 +17,9 @@ use crate::{
     event::{
         cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
         AsyncElement, AsyncEvent, Body, CmEvent, CompactString, CounterDelta, CpuSample,
-        CqNotifyDelta, Frame, GidInfo, UmemFailed, ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo, QpKey,
-        QpResRow, QpState, QpTrafficDelta, Record, ResChange, ResType, Resource, Retransmit,
-        TcpBytesDelta, TcpState, TcpTuple, Transport, VerbsCall, WcError,
+        CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo,
+        QpKey, QpResRow, QpState, QpTrafficDelta, Record, ResChange, ResType, Resource, Retransmit,
+        TcpBytesDelta, TcpState, TcpTuple, Transport, UmemFailed, VerbsCall, WcError,
     },
 };
 

@@ -124,7 +124,10 @@ mod tests {
             got.iter()
                 .map(|g| (g.index, g.gid_type, g.netdev.as_str(), g.gid[15]))
                 .collect::<Vec<_>>(),
-            [(0, GID_TYPE_ROCE_V2, "eth1", 0x56), (1, GID_TYPE_IB_ROCE_V1, "", 1)]
+            [
+                (0, GID_TYPE_ROCE_V2, "eth1", 0x56),
+                (1, GID_TYPE_IB_ROCE_V1, "", 1)
+            ]
         );
     }
 }

@@ -12,8 +12,8 @@ use std::{
 use aya::maps::{MapData, PerCpuHashMap};
 use rdmatrace_common::{
     event::{
-        CounterSample, CqNotify, CqNotifySample, EventKind, GidSample, PortSample, QpTraffic, QpTrafficSample,
-        TcpBytes, TcpBytesSample, COUNTER_NAME_LEN, PORT_STATE_REMOVED,
+        CounterSample, CqNotify, CqNotifySample, EventKind, GidSample, PortSample, QpTraffic,
+        QpTrafficSample, TcpBytes, TcpBytesSample, COUNTER_NAME_LEN, PORT_STATE_REMOVED,
     },
     limits::DEV_NAME_LEN,
 };
@@ -365,7 +365,10 @@ impl Sampler {
         let gone: Vec<(String, u32, u32)> = self
             .prev_gids
             .keys()
-            .filter(|k| !now.iter().any(|g| (&g.dev, g.port, g.index) == (&k.0, k.1, k.2)))
+            .filter(|k| {
+                !now.iter()
+                    .any(|g| (&g.dev, g.port, g.index) == (&k.0, k.1, k.2))
+            })
             .cloned()
             .collect();
         for k in gone {

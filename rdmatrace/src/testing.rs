@@ -6,9 +6,10 @@
 use rdmatrace_common::event::{
     attr_mask, element, qp_res_change, reason, transport, verbs_func, AsyncEvent, CgroupEvent,
     CmEvent, CounterSample, CpuSampleEvent, CqNotify, CqNotifySample, EventHeader, EventKind,
-    Owner, PortSample, ProcessEvent, QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent,
-    QpModifyEvent, QpResSample, QpTraffic, QpTrafficSample, ResourceEvent, RetransmitEvent,
-    TcpBytes, TcpBytesSample, TcpStateEvent, TcpTuple, VerbsCallEvent, WcErrorEvent, STATE_UNKNOWN,
+    GidSample, Owner, PortSample, ProcessEvent, QpCounterSample, QpCreateEvent, QpDestroyEvent,
+    QpIdent, QpModifyEvent, QpResSample, QpTraffic, QpTrafficSample, ResourceEvent,
+    RetransmitEvent, TcpBytes, TcpBytesSample, TcpStateEvent, TcpTuple, UmemFailedEvent,
+    VerbsCallEvent, WcErrorEvent, GID_TYPE_ROCE_V2, STATE_UNKNOWN,
 };
 
 use crate::recording::{writer::RecordingWriter, Header};
@@ -158,6 +159,27 @@ pub fn all_kinds() -> Vec<u8> {
     p.link_layer = name("Ethernet");
     p.netdev = name("eth1");
     g.put(&p);
+
+    // Its GID table entry for RoCE v2 over IPv4.
+    let mut gid: GidSample = zeroed();
+    gid.header = g.header(EventKind::Gid, 0, "");
+    gid.dev = name("rxe0");
+    gid.port = 1;
+    gid.index = 1;
+    gid.gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
+    gid.gid_type = GID_TYPE_ROCE_V2;
+    gid.netdev = name("eth1");
+    g.put(&gid);
+
+    // A registration the locked-memory limit refused.
+    let mut u: UmemFailedEvent = zeroed();
+    u.header = g.header(EventKind::UmemFailed, pid, comm);
+    u.dev = name("rxe0");
+    u.ret = -12;
+    u.size = 16 << 20;
+    u.memlock = 64 << 10;
+    u.pinned_pages = 0;
+    g.put(&u);
 
     let mut r: ResourceEvent = zeroed();
     r.header = g.header(EventKind::ResourceAdd, pid, comm);

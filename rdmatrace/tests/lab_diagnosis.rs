@@ -68,7 +68,10 @@ fn lab_a_dest_qpn_that_does_not_exist_is_named_on_the_sending_qp() {
         "{d:#}"
     );
     assert!(
-        d["cause"].as_str().unwrap_or_default().contains("QPN 0xfedc0 on rxe1"),
+        d["cause"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("QPN 0xfedc0 on rxe1"),
         "{d:#}"
     );
 }
@@ -80,13 +83,20 @@ fn lab_gid_indexes_that_do_not_match_are_gid_mismatch() {
     // Our mover: the receiver is told the sender's link-local GID (index 0) while the sender
     // sends from its IPv4 one (index 1).
     let (data, (pid, out, _)) = recorded("lab-gid-mover", || {
-        mover(&["--mib", "1", "--peer-gid-index", "0", "--retry-cnt", "1"], &[])
+        mover(
+            &["--mib", "1", "--peer-gid-index", "0", "--retry-cnt", "1"],
+            &[],
+        )
     });
     let ends = [mover_qp(&out, "sender"), mover_qp(&out, "receiver")];
     let diags = diagnoses(&data);
     assert_eq!(diags.len(), 1, "{diags:#?}\n{out}");
     let d = &diags[0];
-    assert_eq!((&d["kind"], &d["pid"]), (&json!("gid_mismatch"), &json!(pid)), "{d:#}");
+    assert_eq!(
+        (&d["kind"], &d["pid"]),
+        (&json!("gid_mismatch"), &json!(pid)),
+        "{d:#}"
+    );
     assert!(
         ends.iter()
             .any(|(dev, qpn)| d["dev"] == json!(dev) && d["qpn"] == json!(qpn)),
@@ -145,7 +155,10 @@ fn lab_gid_indexes_that_do_not_match_are_gid_mismatch() {
 fn lab_rnr_names_the_receiver_that_posted_no_receives() {
     in_lab();
     let (data, (pid, out, code)) = recorded("lab-rnr", || {
-        mover(&["--mib", "1", "--send-without-recv", "--rnr-retry", "1"], &[])
+        mover(
+            &["--mib", "1", "--send-without-recv", "--rnr-retry", "1"],
+            &[],
+        )
     });
     assert_eq!(code, Some(2), "the sends must fail: {out}");
     assert!(out.contains("RNR retry counter exceeded"), "{out}");
@@ -167,7 +180,9 @@ fn lab_rnr_names_the_receiver_that_posted_no_receives() {
         "{d:#}"
     );
     assert!(
-        d["evidence"].to_string().contains(&format!("rnr_retry 1 on QP {sqpn:#x}")),
+        d["evidence"]
+            .to_string()
+            .contains(&format!("rnr_retry 1 on QP {sqpn:#x}")),
         "{d:#}"
     );
 }
@@ -207,7 +222,11 @@ fn lab_a_process_whose_namespace_has_no_rdma_device_is_no_rdma_device() {
         .iter()
         .find(|d| d["kind"] == json!("no_rdma_device"))
         .unwrap_or_else(|| panic!("no no_rdma_device: {diags:#?}"));
-    assert_eq!((&d["pid"], &d["comm"]), (&json!(pid), &json!("rt-fallback")), "{d:#}");
+    assert_eq!(
+        (&d["pid"], &d["comm"]),
+        (&json!(pid), &json!("rt-fallback")),
+        "{d:#}"
+    );
     assert_eq!(diags.len(), 1, "{diags:#?}");
 }
 
@@ -221,7 +240,9 @@ fn lab_a_healthy_pingpong_and_its_teardown_get_no_diagnosis() {
     let procs = data["processes"].as_array().expect("processes");
     for pid in [spid, cpid] {
         assert!(
-            procs.iter().any(|p| p["pid"] == json!(pid) && p["verdict"] == json!("rdma")),
+            procs
+                .iter()
+                .any(|p| p["pid"] == json!(pid) && p["verdict"] == json!("rdma")),
             "pid {pid}: {procs:#?}"
         );
     }
@@ -237,7 +258,12 @@ fn lab_a_registration_over_the_memlock_limit_is_mr_reg_failed_with_the_limit() {
     // child's pid is the mover's.
     let (data, (pid, out)) = recorded("lab-memlock", || {
         let c = Command::new("prlimit")
-            .args(["--memlock=8192:8192", "setpriv", "--bounding-set", "-ipc_lock"])
+            .args([
+                "--memlock=8192:8192",
+                "setpriv",
+                "--bounding-set",
+                "-ipc_lock",
+            ])
             .arg(workload("rt-mover"))
             .args(["--mib", "1"])
             .args(rxe_chunk_args())
@@ -271,7 +297,9 @@ fn lab_a_registration_over_the_memlock_limit_is_mr_reg_failed_with_the_limit() {
         "{d:#}"
     );
     assert!(
-        d["evidence"].to_string().contains(&format!("({size} bytes)")),
+        d["evidence"]
+            .to_string()
+            .contains(&format!("({size} bytes)")),
         "the evidence names the size the program asked for: {d:#}"
     );
 }

@@ -275,11 +275,27 @@ fn lab_blame_names_the_process_on_the_lossy_path_first() {
             .unwrap_or_else(|| panic!("{pid} not in {procs:#?}"));
         assert_eq!(p["verdict"], json!("rdma"), "{p}");
     }
-    // Loss that retransmissions repaired is not a fault of either program: no diagnosis.
+    // Loss that retransmissions repaired is not a fault of either program: the only diagnosis
+    // is the lossy path out of A's device, suffered by A first.
+    let diags = r["data"]["diagnoses"].as_array().expect("diagnoses");
+    assert!(
+        diags.iter().all(|d| d["kind"] == json!("fabric_loss")),
+        "{diags:#?}"
+    );
+    let d = diags
+        .iter()
+        .find(|d| d["dev"] == json!(adev))
+        .unwrap_or_else(|| panic!("no fabric_loss on {adev}: {diags:#?}"));
     assert_eq!(
-        r["data"]["diagnoses"],
-        json!([]),
-        "{:#}",
-        r["data"]["diagnoses"]
+        (&d["pid"], &d["comm"]),
+        (&json!(a.0), &json!("rt-mover")),
+        "{d:#}"
+    );
+    assert!(
+        d["cause"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("{adev} port 1")),
+        "{d:#}"
     );
 }

@@ -10,7 +10,8 @@ use aya_ebpf::{
 use rdmatrace_common::{
     config::ProbeConfig,
     event::{
-        attr_mask, EventKind, AV_SGID_INDEX, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, STATE_UNKNOWN,
+        attr_mask, EventKind, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, AV_SGID_INDEX,
+        STATE_UNKNOWN,
     },
 };
 

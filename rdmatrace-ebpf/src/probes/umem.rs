@@ -32,7 +32,9 @@ fn try_umem_get_enter(ctx: &ProbeContext) -> Option<u32> {
         return None;
     }
     let args = [arg(ctx, cfg.umem_arg_dev), arg(ctx, cfg.umem_arg_size)];
-    PENDING_UMEM.insert(bpf_get_current_pid_tgid(), args, 0).ok()?;
+    PENDING_UMEM
+        .insert(bpf_get_current_pid_tgid(), args, 0)
+        .ok()?;
     Some(0)
 }
 

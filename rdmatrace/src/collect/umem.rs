@@ -46,9 +46,9 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
             cfg.task_signal = signal;
             cfg.signal_rlim_memlock = rlim + RLIMIT_MEMLOCK * size;
         }
-        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
-            notes.push(format!("the locked-memory limit of failed registrations not read: {e}"))
-        }
+        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => notes.push(format!(
+            "the locked-memory limit of failed registrations not read: {e}"
+        )),
     }
     match (
         offset_of(vmlinux, "task_struct", "mm"),
@@ -58,9 +58,9 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
             cfg.task_mm = mm;
             cfg.mm_pinned_vm = pinned;
         }
-        (Err(e), _) | (_, Err(e)) => {
-            notes.push(format!("pinned memory of failed registrations not read: {e}"))
-        }
+        (Err(e), _) | (_, Err(e)) => notes.push(format!(
+            "pinned memory of failed registrations not read: {e}"
+        )),
     }
     Ok(notes)
 }

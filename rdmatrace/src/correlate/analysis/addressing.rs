@@ -102,9 +102,7 @@ impl Addressing {
             .gids
             .iter()
             .filter(|((d, ..), _)| d == dev)
-            .map(|((_, p, i), e)| {
-                format!("port {p} index {i} {} {}", gid_text(&e.gid), e.gid_type)
-            })
+            .map(|((_, p, i), e)| format!("port {p} index {i} {} {}", gid_text(&e.gid), e.gid_type))
             .collect();
         list.join("; ")
     }
@@ -221,7 +219,7 @@ impl Addressing {
         }
         let existed = qps
             .iter()
-            .any(|p| &p.key.dev == dev && p.key.qpn == dest && p.created_ns <= at_ns);
+            .any(|p| p.key.dev == *dev && p.key.qpn == dest && p.created_ns <= at_ns);
         (!existed).then(|| Finding {
             cause: format!(
                 "QP {:#x} on {} was connected to QPN {dest:#x} on {dev}, which does not exist: its requests are dropped",

@@ -8,8 +8,12 @@ use crate::testing::qp_info;
 
 const A_V4: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
 const B_V4: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 2];
-const A_V6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0, 0, 1];
-const B_V6: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0, 0, 2];
+const A_V6: [u8; 16] = [
+    0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0, 0, 1,
+];
+const B_V6: [u8; 16] = [
+    0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0, 0, 2,
+];
 
 fn gid(dev: &str, index: u32, gid: [u8; 16]) -> Body {
     Body::Gid(GidInfo {
@@ -123,7 +127,11 @@ fn a_peer_expecting_another_source_gid_is_gid_mismatch() {
     assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
     let d = &r.diagnoses[0];
     assert_eq!((d.kind, d.pid, d.qpn), ("gid_mismatch", 7, Some(0x11)));
-    assert!(d.cause.contains("expects packets from fe80::"), "{}", d.cause);
+    assert!(
+        d.cause.contains("expects packets from fe80::"),
+        "{}",
+        d.cause
+    );
     assert!(d.cause.contains("sends from 192.0.2.1"), "{}", d.cause);
 }
 
@@ -158,10 +166,17 @@ fn a_refused_rtr_with_a_source_gid_of_another_kind_or_none_is_gid_mismatch() {
     a.push(7, "rt", 4, bad(1, B_V4));
     let r = a.finish();
     let kinds: Vec<_> = r.diagnoses.iter().map(|d| (d.kind, d.ts_ns)).collect();
-    assert_eq!(kinds, [("gid_mismatch", 2), ("gid_mismatch", 3)], "{:#?}", r.diagnoses);
+    assert_eq!(
+        kinds,
+        [("gid_mismatch", 2), ("gid_mismatch", 3)],
+        "{:#?}",
+        r.diagnoses
+    );
     let (first, second) = (&r.diagnoses[0], &r.diagnoses[1]);
     assert!(
-        first.cause.contains("(index 0, an IPv6 address) and the dest GID (an IPv4 address)"),
+        first
+            .cause
+            .contains("(index 0, an IPv6 address) and the dest GID (an IPv4 address)"),
         "{}",
         first.cause
     );
@@ -169,5 +184,9 @@ fn a_refused_rtr_with_a_source_gid_of_another_kind_or_none_is_gid_mismatch() {
         first.evidence[0],
         "modify INIT->RTR of QP 0x11 on rxe0 failed: -22 (EINVAL)"
     );
-    assert!(second.cause.contains("index 5 does not exist on rxe0"), "{}", second.cause);
+    assert!(
+        second.cause.contains("index 5 does not exist on rxe0"),
+        "{}",
+        second.cause
+    );
 }

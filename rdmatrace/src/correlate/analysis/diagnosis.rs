@@ -249,10 +249,20 @@ impl Diagnoser {
         });
     }
 
+    /// Whether the QP's chain of errors started with a real error (its retransmits belong to
+    /// that fault).
+    pub fn errored(&self, key: &QpKey) -> bool {
+        self.errors.get(key).is_some_and(|e| e.first.is_some())
+    }
+
     /// `mr_reg_failed`: user memory of a registration could not be pinned.
     pub fn umem_failed(&mut self, rec: &Record, u: &UmemFailed) {
         use crate::format::{errno_text, size};
-        let dev = if u.dev.is_empty() { "?" } else { u.dev.as_str() };
+        let dev = if u.dev.is_empty() {
+            "?"
+        } else {
+            u.dev.as_str()
+        };
         let mut evidence = vec![format!(
             "pinning {} ({} bytes) for a registration on {dev} failed: {}",
             size(u.size),

@@ -325,7 +325,12 @@ fn a_registration_over_the_memlock_limit_is_mr_reg_failed_with_the_limit() {
     let kinds: Vec<_> = r.diagnoses.iter().map(|d| (d.kind, d.pid)).collect();
     assert_eq!(kinds, [("mr_reg_failed", 7), ("mr_reg_failed", 8)]);
     let (d, e) = (&r.diagnoses[0], &r.diagnoses[1]);
-    assert!(d.cause.contains("over its locked-memory limit (RLIMIT_MEMLOCK 64.0 KiB)"), "{}", d.cause);
+    assert!(
+        d.cause
+            .contains("over its locked-memory limit (RLIMIT_MEMLOCK 64.0 KiB)"),
+        "{}",
+        d.cause
+    );
     assert_eq!(d.dev.as_deref(), Some("rxe1"));
     assert_eq!(
         d.evidence,

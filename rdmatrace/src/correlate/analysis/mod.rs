@@ -10,6 +10,7 @@ pub mod addressing;
 pub mod anomalies;
 pub mod blame;
 pub mod diagnosis;
+pub mod fabric;
 pub mod qps;
 pub mod transport;
 pub mod verdict;
@@ -253,6 +254,9 @@ impl Analyzer {
                         .and_then(|qp| self.book.latest_mut(&qp.key, state))
                 {
                     q.retransmits += 1;
+                    if r.reason == "rnr_nak_timer" {
+                        q.rnr_retransmits += 1;
+                    }
                 }
                 if r.owner_pid != 0 {
                     let p = self.proc(r.owner_pid, &r.owner_comm);
@@ -412,6 +416,13 @@ impl Analyzer {
         transport::transport_env(&processes, self.last_wall_ns, &mut diagnoses);
         transport::no_device(&processes, self.last_wall_ns, &mut diagnoses);
         let (blame, port_counters) = self.blame.finish();
+        fabric::fabric_loss(
+            &self.book.qps,
+            &port_counters,
+            |k| self.diag.errored(k),
+            self.last_wall_ns,
+            &mut diagnoses,
+        );
         let mut anomalies = self.anomalies.list;
         anomalies.sort_by_key(|a| a.ts_ns);
         Report {
@@ -434,5 +445,7 @@ impl Analyzer {
 mod addressing_tests;
 #[cfg(test)]
 mod diagnosis_tests;
+#[cfg(test)]
+mod fabric_tests;
 #[cfg(test)]
 mod tests;

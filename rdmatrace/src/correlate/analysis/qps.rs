@@ -35,6 +35,8 @@ pub struct QpLife {
     pub rx_bytes: u64,
     pub rx_packets: u64,
     pub retransmits: u64,
+    /// Of `retransmits`, those of the RNR NAK timer (the receiver was not ready: not loss).
+    pub rnr_retransmits: u64,
     /// Error completions (first status kept in the anomalies).
     pub wc_errors: u64,
     pub failed_modifies: u64,
@@ -61,6 +63,7 @@ impl QpLife {
             rx_bytes: 0,
             rx_packets: 0,
             retransmits: 0,
+            rnr_retransmits: 0,
             wc_errors: 0,
             failed_modifies: 0,
         }

@@ -6,11 +6,7 @@ use super::{diagnosis::Diagnosis, ProcReport, Verdict};
 
 /// `transport_disabled_by_env`: a process whose data went over TCP while its environment turns
 /// RDMA off or picks a socket transport. Judged on the whole run (dated at its end).
-pub fn transport_env(
-    procs: &[ProcReport],
-    end_wall_ns: u64,
-    out: &mut Vec<Diagnosis>,
-) {
+pub fn transport_env(procs: &[ProcReport], end_wall_ns: u64, out: &mut Vec<Diagnosis>) {
     for p in procs {
         if !matches!(
             p.verdict,
