@@ -158,11 +158,16 @@ pub struct ProbeConfig {
     /// `task_struct.mm`, and `mm_struct.pinned_vm` (pages) inside it.
     pub task_mm: u32,
     pub mm_pinned_vm: u32,
+    /// `ib_qp_init_attr.cap.{max_send_wr, max_recv_wr, max_send_sge, max_recv_sge,
+    /// max_inline_data}`.
+    pub init_cap: [u32; 5],
+    /// `ib_device.attrs.{max_qp_wr, max_send_sge, max_recv_sge}`.
+    pub dev_attr_caps: [u32; 3],
 }
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 29 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 37 * 4);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -272,6 +277,8 @@ impl ProbeConfig {
             signal_rlim_memlock: U,
             task_mm: U,
             mm_pinned_vm: U,
+            init_cap: [U; 5],
+            dev_attr_caps: [U; 3],
         }
     }
 }

@@ -5,11 +5,11 @@ use std::mem::size_of;
 use rdmatrace_common::event::{
     async_source, attr_mask as mask, element, reason, transport, verbs_func,
     AsyncEvent as RawAsync, CgroupEvent, CmEvent as RawCm, CounterSample, CpuSampleEvent,
-    CqNotifySample, EventHeader, EventKind, GidSample, PortSample, ProcessEvent, QpCounterSample,
-    QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample, QpTrafficSample,
-    ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp,
-    UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_SGID_INDEX, QP_TRAFFIC_SAMPLE_V1,
-    RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    CqNotifySample, EventHeader, EventKind, GidSample, PortSample, ProcessEvent, QpCapsEvent,
+    QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample,
+    QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent,
+    TcpTuple as RawTcp, UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_SGID_INDEX,
+    QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
 };
 
 use crate::{
@@ -17,9 +17,9 @@ use crate::{
     event::{
         cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
         AsyncElement, AsyncEvent, Body, CmEvent, CompactString, CounterDelta, CpuSample,
-        CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCounterDelta, QpInfo,
-        QpKey, QpResRow, QpState, QpTrafficDelta, Record, ResChange, ResType, Resource, Retransmit,
-        TcpBytesDelta, TcpState, TcpTuple, Transport, UmemFailed, VerbsCall, WcError,
+        CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCaps, QpCounterDelta,
+        QpInfo, QpKey, QpResRow, QpState, QpTrafficDelta, Record, ResChange, ResType, Resource,
+        Retransmit, TcpBytesDelta, TcpState, TcpTuple, Transport, UmemFailed, VerbsCall, WcError,
     },
 };
 
@@ -460,6 +460,23 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 netdev_mtu: (ev.netdev_mtu != 0).then_some(ev.netdev_mtu),
                 link_layer: c_str(&ev.link_layer).into(),
                 netdev: c_str(&ev.netdev).into(),
+            });
+            (ev.header, body)
+        }
+        EventKind::QpCaps => {
+            let ev: QpCapsEvent = read(bytes, kind)?;
+            let body = Body::QpCaps(QpCaps {
+                dev: c_str(&ev.dev),
+                ret: ev.ret,
+                qp_type: ev.qp_type,
+                max_send_wr: ev.max_send_wr,
+                max_recv_wr: ev.max_recv_wr,
+                max_send_sge: ev.max_send_sge,
+                max_recv_sge: ev.max_recv_sge,
+                max_inline_data: ev.max_inline_data,
+                dev_max_qp_wr: ev.dev_max_qp_wr,
+                dev_max_send_sge: ev.dev_max_send_sge,
+                dev_max_recv_sge: ev.dev_max_recv_sge,
             });
             (ev.header, body)
         }

@@ -25,6 +25,10 @@ fn recorded<T>(name: &str, work: impl FnOnce() -> T) -> (Value, T) {
     sleep(Duration::from_millis(1500));
     let rec = recorder.stop();
     assert!(rec.status.success(), "{}", rec.stderr);
+    // Every probe area but mlx5 (no ConnectX in the lab) attaches.
+    for line in rec.stderr.lines().filter(|l| l.contains("probes off")) {
+        assert!(line.starts_with("rdmatrace: mlx5 "), "{}", rec.stderr);
+    }
     let report = run(&["report", path, "--json"]);
     assert!(report.status.success(), "{}", report.stderr);
     let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
@@ -301,5 +305,43 @@ fn lab_a_registration_over_the_memlock_limit_is_mr_reg_failed_with_the_limit() {
             .to_string()
             .contains(&format!("({size} bytes)")),
         "the evidence names the size the program asked for: {d:#}"
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_qp_deeper_than_the_device_allows_is_create_failed_with_the_limit() {
+    in_lab();
+    let (data, (pid, out, code)) = recorded("lab-create", || {
+        mover(&["--mib", "1", "--sq-depth", "1000000"], &[])
+    });
+    assert_ne!(code, Some(0), "{out}");
+    // "ibv_create_qp of depth 1000000 on rxe0 failed: Invalid argument"
+    assert!(out.contains("ibv_create_qp of depth 1000000 on rxe0 failed"), "{out}");
+    let diags = diagnoses(&data);
+    assert_eq!(diags.len(), 1, "{diags:#?}\n{out}");
+    let d = &diags[0];
+    assert_eq!(d["kind"], json!("create_failed"), "{d:#}");
+    assert_eq!(
+        (&d["pid"], &d["comm"], &d["dev"]),
+        (&json!(pid), &json!("rt-mover"), &json!("rxe0")),
+        "{d:#}"
+    );
+    // rxe's limit as the kernel has it (ibv_devinfo -v prints the same).
+    let devinfo = Command::new("ibv_devinfo")
+        .args(["-v", "-d", "rxe0"])
+        .output()
+        .expect("ibv_devinfo");
+    let max_qp_wr = text(&devinfo)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("max_qp_wr:"))
+        .map(|v| v.trim().to_string())
+        .expect("max_qp_wr in ibv_devinfo -v");
+    assert!(
+        d["cause"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("max_send_wr 1000000 above rxe0's max_qp_wr {max_qp_wr}")),
+        "{d:#}"
     );
 }

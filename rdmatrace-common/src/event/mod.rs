@@ -29,6 +29,9 @@ pub enum EventKind {
     ProcessCgroup = 13,
     /// Pinning user memory for an RDMA registration failed (`ib_umem_get` returned an error).
     UmemFailed = 14,
+    /// A refused QP creation: what was asked and the device's limits (after a failed
+    /// [`EventKind::QpCreate`]).
+    QpCaps = 15,
     /// A control-path verbs call with the caller's user stack (uprobe on libibverbs/librdmacm).
     /// Kinds 20-29 are for stack-bearing records.
     VerbsCall = 20,
@@ -49,7 +52,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 24] = [
+    pub const ALL: [EventKind; 25] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
@@ -64,6 +67,7 @@ impl EventKind {
         EventKind::WcError,
         EventKind::ProcessCgroup,
         EventKind::UmemFailed,
+        EventKind::QpCaps,
         EventKind::VerbsCall,
         EventKind::CpuSample,
         EventKind::TcpBytes,
@@ -92,6 +96,7 @@ impl EventKind {
             12 => Some(EventKind::WcError),
             13 => Some(EventKind::ProcessCgroup),
             14 => Some(EventKind::UmemFailed),
+            15 => Some(EventKind::QpCaps),
             20 => Some(EventKind::VerbsCall),
             21 => Some(EventKind::CpuSample),
             100 => Some(EventKind::TcpBytes),
@@ -151,6 +156,28 @@ pub struct QpCreateEvent {
     pub _pad: u32,
 }
 const _: () = assert!(core::mem::size_of::<QpCreateEvent>() == 120);
+
+/// Sent after a failed `ib_create_qp_user()`: the capacities asked (`init_attr->cap`) and the
+/// device's limits (`device->attrs`); 0 where a field could not be read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCapsEvent {
+    pub header: EventHeader,
+    pub dev: [u8; DEV_NAME_LEN],
+    /// The negative errno of the failed create.
+    pub ret: i32,
+    pub qp_type: u32,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    /// `attrs.max_qp_wr`, `attrs.max_send_sge`, `attrs.max_recv_sge` of the device.
+    pub dev_max_qp_wr: u32,
+    pub dev_max_send_sge: u32,
+    pub dev_max_recv_sge: u32,
+}
+const _: () = assert!(core::mem::size_of::<QpCapsEvent>() == 40 + 64 + 8 + 32);
 
 /// `ib_modify_qp_with_udata()` returned.
 #[repr(C)]
@@ -634,6 +661,8 @@ mod pod {
     unsafe impl aya::Pod for GidSample {}
     // SAFETY: as above.
     unsafe impl aya::Pod for UmemFailedEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for QpCapsEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for VerbsCallEvent {}
     // SAFETY: as above.

@@ -10,8 +10,8 @@ use aya_ebpf::{
 use rdmatrace_common::{
     config::ProbeConfig,
     event::{
-        attr_mask, EventKind, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, AV_SGID_INDEX,
-        STATE_UNKNOWN,
+        attr_mask, EventKind, QpCapsEvent, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent,
+        AV_SGID_INDEX, STATE_UNKNOWN,
     },
 };
 
@@ -71,11 +71,35 @@ fn try_qp_create_exit(ctx: &RetProbeContext) -> Option<u32> {
         ev.ret = ret as i64 as i32;
         ev.qp.qp_type = read::field::<u32>(init_attr, cfg.init_attr_qp_type).unwrap_or(0);
         read::bytes(dev, cfg.device_name, &mut ev.qp.dev);
+        output(&ev);
+        refused_caps(cfg, dev, init_attr, ev.ret, ev.qp.qp_type);
     } else {
         qp_ident(cfg, ret, &mut ev.qp);
+        output(&ev);
     }
-    output(&ev);
     Some(0)
+}
+
+/// After a refused create: what was asked against what the device allows.
+#[inline(never)]
+fn refused_caps(cfg: &ProbeConfig, dev: u64, init_attr: u64, ret: i32, qp_type: u32) {
+    // SAFETY: all-zero is a valid value of this integer-only struct.
+    let mut ev: QpCapsEvent = unsafe { core::mem::zeroed() };
+    header(&mut ev.header, EventKind::QpCaps as u32);
+    read::bytes(dev, cfg.device_name, &mut ev.dev);
+    ev.ret = ret;
+    ev.qp_type = qp_type;
+    let c = &cfg.init_cap;
+    ev.max_send_wr = read::field::<u32>(init_attr, c[0]).unwrap_or(0);
+    ev.max_recv_wr = read::field::<u32>(init_attr, c[1]).unwrap_or(0);
+    ev.max_send_sge = read::field::<u32>(init_attr, c[2]).unwrap_or(0);
+    ev.max_recv_sge = read::field::<u32>(init_attr, c[3]).unwrap_or(0);
+    ev.max_inline_data = read::field::<u32>(init_attr, c[4]).unwrap_or(0);
+    let d = &cfg.dev_attr_caps;
+    ev.dev_max_qp_wr = read::field::<u32>(dev, d[0]).unwrap_or(0);
+    ev.dev_max_send_sge = read::field::<u32>(dev, d[1]).unwrap_or(0);
+    ev.dev_max_recv_sge = read::field::<u32>(dev, d[2]).unwrap_or(0);
+    output(&ev);
 }
 
 #[kprobe]

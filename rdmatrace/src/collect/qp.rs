@@ -96,6 +96,30 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
         "create qp_type on failure",
         offset_of(btf, "ib_qp_init_attr", "qp_type"),
     );
+    for (i, f) in [
+        "max_send_wr",
+        "max_recv_wr",
+        "max_send_sge",
+        "max_recv_sge",
+        "max_inline_data",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        cfg.init_cap[i] = opt(
+            "capacities of a refused create",
+            offset_of(btf, "ib_qp_init_attr", &format!("cap.{f}")),
+        );
+    }
+    for (i, f) in ["max_qp_wr", "max_send_sge", "max_recv_sge"]
+        .into_iter()
+        .enumerate()
+    {
+        cfg.dev_attr_caps[i] = opt(
+            "device limits of a refused create",
+            offset_of(btf, "ib_device", &format!("attrs.{f}")),
+        );
+    }
     cfg.attr_qp_state = opt("modify new state", offset_of(btf, "ib_qp_attr", "qp_state"));
     cfg.attr_cur_qp_state = opt(
         "modify current state",

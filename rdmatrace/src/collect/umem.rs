@@ -1,5 +1,5 @@
 //! Failed registrations of user memory (see `rdmatrace-ebpf/src/probes/umem.rs`): `ib_umem_get`
-//! is ib_core's and every driver's user MRs go through it.
+//! is ib_uverbs's (umem.c) and every driver's user MRs go through it.
 
 use rdmatrace_common::config::ProbeConfig;
 
@@ -32,7 +32,7 @@ const RLIMIT_MEMLOCK: u32 = 8;
 
 fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, BtfError> {
     resolve_ident(kbtf, cfg)?;
-    let btf = kbtf.scope("ib_core", "ib_umem")?;
+    let btf = kbtf.scope("ib_uverbs", "ib_umem")?;
     cfg.umem_arg_dev = param_index(btf, "ib_umem_get", &["device", "ibdev", "dev"])?;
     cfg.umem_arg_size = param_index(btf, "ib_umem_get", &["size", "length"])?;
     let vmlinux = kbtf.vmlinux();

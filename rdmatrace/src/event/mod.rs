@@ -398,6 +398,22 @@ pub struct PortInfo {
     pub netdev: String,
 }
 
+/// A refused QP creation's asked capacities and the device's limits (0: not read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    pub dev: CompactString,
+    pub ret: i32,
+    pub qp_type: u32,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub dev_max_qp_wr: u32,
+    pub dev_max_send_sge: u32,
+    pub dev_max_recv_sge: u32,
+}
+
 /// Pinning user memory for a registration failed (`ib_umem_get`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UmemFailed {
@@ -474,6 +490,7 @@ pub enum Body {
     Port(PortInfo),
     Gid(GidInfo),
     UmemFailed(UmemFailed),
+    QpCaps(QpCaps),
     VerbsCall(VerbsCall),
     CpuSample(CpuSample),
     /// Events the kernel could not deliver (ring buffer full) since the previous report, on
@@ -516,6 +533,7 @@ impl Body {
             Body::Port(_) => "port",
             Body::Gid(_) => "gid",
             Body::UmemFailed(_) => "mr_reg_failed",
+            Body::QpCaps(_) => "qp_caps",
             Body::VerbsCall(_) => "verbs_call",
             Body::CpuSample(_) => "cpu_sample",
             Body::Lost { .. } => "lost",
@@ -568,6 +586,7 @@ impl Record {
             Body::Port(p) => Some(&p.dev),
             Body::Gid(g) => Some(&g.dev),
             Body::UmemFailed(u) if !u.dev.is_empty() => Some(&u.dev),
+            Body::QpCaps(c) if !c.dev.is_empty() => Some(&c.dev),
             b => b.qp().map(|q| q.key.dev.as_str()),
         }
     }

@@ -212,6 +212,26 @@ pub fn to_json(rec: &Record, at: Option<&Place>) -> Value {
             d.insert("netdev".into(), p.netdev.clone().into());
             d.insert("netdev_mtu".into(), p.netdev_mtu.into());
         }
+        Body::QpCaps(c) => {
+            d.insert("dev".into(), c.dev.as_str().into());
+            d.insert("ret".into(), c.ret.into());
+            d.insert(
+                "qp_type".into(),
+                crate::event::qp_type_name(c.qp_type).into(),
+            );
+            for (k, v) in [
+                ("max_send_wr", c.max_send_wr),
+                ("max_recv_wr", c.max_recv_wr),
+                ("max_send_sge", c.max_send_sge),
+                ("max_recv_sge", c.max_recv_sge),
+                ("max_inline_data", c.max_inline_data),
+                ("dev_max_qp_wr", c.dev_max_qp_wr),
+                ("dev_max_send_sge", c.dev_max_send_sge),
+                ("dev_max_recv_sge", c.dev_max_recv_sge),
+            ] {
+                d.insert(k.into(), v.into());
+            }
+        }
         Body::UmemFailed(u) => {
             d.insert("dev".into(), u.dev.as_str().into());
             d.insert("ret".into(), u.ret.into());

@@ -179,6 +179,20 @@ pub fn line_in(rec: &Record, at: Option<&Place>) -> String {
             }
             ("port", d)
         }
+        Body::QpCaps(c) => (
+            "caps",
+            format!(
+                "asked wr {}/{} sge {}/{} inline {}; device max wr {} sge {}/{}",
+                c.max_send_wr,
+                c.max_recv_wr,
+                c.max_send_sge,
+                c.max_recv_sge,
+                c.max_inline_data,
+                c.dev_max_qp_wr,
+                c.dev_max_send_sge,
+                c.dev_max_recv_sge
+            ),
+        ),
         Body::UmemFailed(u) => (
             "mr_reg_failed",
             format!(

@@ -116,7 +116,11 @@ impl Verbs {
         // SAFETY: pd is live, init is fully initialised.
         let qp = unsafe { ibv_create_qp(self.pd, &mut init) };
         if qp.is_null() {
-            bail!("ibv_create_qp failed: {}", std::io::Error::last_os_error());
+            bail!(
+                "ibv_create_qp of depth {depth} on {} failed: {}",
+                self.name,
+                std::io::Error::last_os_error()
+            );
         }
         Ok(Qp { qp })
     }

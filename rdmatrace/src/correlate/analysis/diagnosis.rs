@@ -15,7 +15,7 @@ use super::{
 use crate::{
     event::{
         AsyncElement, AsyncEvent, CompactString, GidInfo, ModifyAttrs, QpKey, QpState, Record,
-        ResType, Resource, UmemFailed, WcError,
+        QpCaps, ResType, Resource, UmemFailed, WcError,
     },
     format::gid_text,
 };
@@ -253,6 +253,71 @@ impl Diagnoser {
     /// that fault).
     pub fn errored(&self, key: &QpKey) -> bool {
         self.errors.get(key).is_some_and(|e| e.first.is_some())
+    }
+
+    /// `create_failed`: a refused QP creation, with the capacity asked above the device's.
+    pub fn qp_caps(&mut self, rec: &Record, c: &QpCaps) {
+        let dev = if c.dev.is_empty() { "?" } else { c.dev.as_str() };
+        let over: Vec<String> = [
+            ("max_send_wr", c.max_send_wr, "max_qp_wr", c.dev_max_qp_wr),
+            ("max_recv_wr", c.max_recv_wr, "max_qp_wr", c.dev_max_qp_wr),
+            ("max_send_sge", c.max_send_sge, "max_send_sge", c.dev_max_send_sge),
+            ("max_recv_sge", c.max_recv_sge, "max_recv_sge", c.dev_max_recv_sge),
+        ]
+        .into_iter()
+        .filter(|&(_, asked, _, max)| max != 0 && asked > max)
+        .map(|(a, asked, m, max)| format!("{a} {asked} above {dev}'s {m} {max}"))
+        .collect();
+        let qp_type = crate::event::qp_type_name(c.qp_type);
+        let errno = crate::format::errno_text(c.ret);
+        let evidence = vec![
+            format!("create of a {qp_type} QP on {dev} failed: {errno}"),
+            format!(
+                "asked: max_send_wr {}, max_recv_wr {}, max_send_sge {}, max_recv_sge {}, max_inline_data {}",
+                c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data
+            ),
+            format!(
+                "{dev} allows: max_qp_wr {}, max_send_sge {}, max_recv_sge {}",
+                c.dev_max_qp_wr, c.dev_max_send_sge, c.dev_max_recv_sge
+            ),
+        ];
+        let (cause, fix) = if over.is_empty() {
+            (
+                format!(
+                    "pid {} ({}) could not create a {qp_type} QP on {dev}: {errno}; no capacity asked is above the device's limits",
+                    rec.pid, rec.comm
+                ),
+                "check the other limits (`ibv_devinfo -v`: max_qp, max_inline_data, the QP \
+                 type's support) and the process's resources"
+                    .to_string(),
+            )
+        } else {
+            (
+                format!(
+                    "pid {} ({}) could not create a {qp_type} QP on {dev}: {}",
+                    rec.pid,
+                    rec.comm,
+                    over.join(", ")
+                ),
+                format!(
+                    "ask for no more than the device allows (`ibv_devinfo -v` on {dev} lists \
+                     max_qp_wr and max_sge), or spread the work over more QPs"
+                ),
+            )
+        };
+        self.found.push(Diagnosis {
+            kind: "create_failed",
+            ts_ns: rec.ts_ns,
+            wall_ns: rec.wall_ns,
+            pid: rec.pid,
+            comm: rec.comm.clone(),
+            dev: (!c.dev.is_empty()).then(|| c.dev.clone()),
+            qpn: None,
+            cause,
+            evidence,
+            fix,
+            consequences: vec!["the creation returned an error to the program".into()],
+        });
     }
 
     /// `mr_reg_failed`: user memory of a registration could not be pinned.

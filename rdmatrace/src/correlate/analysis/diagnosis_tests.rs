@@ -342,3 +342,42 @@ fn a_registration_over_the_memlock_limit_is_mr_reg_failed_with_the_limit() {
     assert!(d.fix.contains("ulimit -l"), "{}", d.fix);
     assert!(e.cause.ends_with("-14 (EFAULT)"), "{}", e.cause);
 }
+
+#[test]
+fn a_refused_create_names_the_capacity_above_the_devices() {
+    let mut a = Analysis::default();
+    let caps = |send_wr, recv_sge| {
+        Body::QpCaps(crate::event::QpCaps {
+            dev: "rxe0".into(),
+            ret: -22,
+            qp_type: 2,
+            max_send_wr: send_wr,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: recv_sge,
+            max_inline_data: 0,
+            dev_max_qp_wr: 16384,
+            dev_max_send_sge: 32,
+            dev_max_recv_sge: 32,
+        })
+    };
+    a.push(7, "trainer", 5, caps(100_000, 64));
+    a.push(8, "other", 6, caps(16, 1));
+    let r = a.finish();
+    let kinds: Vec<_> = r.diagnoses.iter().map(|d| (d.kind, d.pid)).collect();
+    assert_eq!(kinds, [("create_failed", 7), ("create_failed", 8)]);
+    assert!(
+        r.diagnoses[0].cause.ends_with(
+            "max_send_wr 100000 above rxe0's max_qp_wr 16384, max_recv_sge 64 above rxe0's max_recv_sge 32"
+        ),
+        "{}",
+        r.diagnoses[0].cause
+    );
+    assert!(
+        r.diagnoses[1]
+            .cause
+            .ends_with("-22 (EINVAL); no capacity asked is above the device's limits"),
+        "{}",
+        r.diagnoses[1].cause
+    );
+}

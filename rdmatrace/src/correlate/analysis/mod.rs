@@ -292,6 +292,7 @@ impl Analyzer {
             Body::Port(p) => self.anomalies.port(rec, p),
             Body::Gid(g) => self.diag.gid(g),
             Body::UmemFailed(u) => self.diag.umem_failed(rec, u),
+            Body::QpCaps(c) => self.diag.qp_caps(rec, c),
             Body::Async(a) => {
                 self.anomalies.async_event(rec, a);
                 self.diag.async_event(rec, a);

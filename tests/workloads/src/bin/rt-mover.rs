@@ -6,7 +6,7 @@
 //!         [--events] [--retry-cnt N] [--kill-peer-after-mib M] [--gid-index 1]
 //!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S] [--chunk-kib K]
 //!         [--no-remote-write] [--overflow-cq] [--wrong-dest-qpn] [--peer-gid-index N]
-//!         [--send-without-recv] [--rnr-retry N]`
+//!         [--send-without-recv] [--rnr-retry N] [--sq-depth N]`
 //!
 //! RDMA: RC QPs, signaled RDMA WRITEs of `--chunk-kib` (64) KiB, 16 in flight; `--events` waits on a
 //! completion channel instead of polling. `--kill-peer-after-mib M` destroys the receiving QP
@@ -22,7 +22,9 @@
 //! receiver the sender's GID of index N while the sender sends from `--gid-index`, as two
 //! ends configured with different GID indexes would be. `--send-without-recv` sends with
 //! SENDs while the receiver never posts a receive buffer: the receiver answers with RNR NAKs
-//! until the sender's `--rnr-retry` (default 7, forever) run out.
+//! until the sender's `--rnr-retry` (default 7, forever) run out. `--sq-depth N` asks for a
+//! sender QP with N outstanding work requests (default 16): above the device's max_qp_wr the
+//! creation is refused.
 //!
 //! Output: `rt-mover: pid P transport T sender DEV qpn 0xN receiver DEV qpn 0xN`, then
 //! `rt-mover: moved B bytes`, or `rt-mover: wc error status S (TEXT) qpn 0xN` and exit code 2.
@@ -55,6 +57,7 @@ struct Opts {
     peer_gid_index: Option<u8>,
     send: bool,
     rnr_retry: u8,
+    sq_depth: u32,
 }
 
 fn opts() -> anyhow::Result<Opts> {
@@ -77,6 +80,7 @@ fn opts() -> anyhow::Result<Opts> {
         peer_gid_index: None,
         send: false,
         rnr_retry: 7,
+        sq_depth: DEPTH as u32,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -100,6 +104,7 @@ fn opts() -> anyhow::Result<Opts> {
             "--peer-gid-index" => o.peer_gid_index = Some(val()?.parse()?),
             "--send-without-recv" => o.send = true,
             "--rnr-retry" => o.rnr_retry = val()?.parse()?,
+            "--sq-depth" => o.sq_depth = val()?.parse()?,
             other => bail!("unknown argument {other:?}"),
         }
     }
@@ -111,7 +116,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     let cqe = if o.overflow_cq { 1 } else { (DEPTH * 2) as i32 };
     let mut src = Verbs::open_with(Some(&o.from_dev), cqe, o.events)?;
     let dst = Verbs::open_with(Some(&o.to_dev), (DEPTH * 2) as i32, false)?;
-    let sqp = src.create_rc_qp_with(DEPTH as u32)?;
+    let sqp = src.create_rc_qp_with(o.sq_depth)?;
     let mut dqp = Some(dst.create_rc_qp_with(DEPTH as u32)?);
     let dqpn = dqp.as_ref().map_or(0, |q| q.qpn());
     println!(
