@@ -6,7 +6,7 @@ use aya_ebpf::{
 };
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpTraffic, TcpBytes},
+    event::{CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpTraffic, TcpBytes, TcpPeerKey},
     limits::{
         MAX_CGROUPS, MAX_CQS, MAX_INFLIGHT, MAX_PROCESSES, MAX_QPS, MAX_SOCKETS, MAX_TRACED,
         RINGBUF_BYTES,
@@ -67,11 +67,15 @@ pub static PENDING_UMEM: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(MAX_
 #[map]
 pub static PENDING_RES: HashMap<u64, u64> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
 
-/// Per-process TCP totals (tgid -> bytes and calls), per CPU (no atomics on the hot path);
+/// Per-process TCP totals per peer address ((tgid, peer) -> bytes and calls), per CPU (no atomics on the hot path);
 /// user space sums the CPUs and turns totals into deltas.
 #[map]
-pub static TCP_BYTES: LruPerCpuHashMap<u32, TcpBytes> =
-    LruPerCpuHashMap::with_max_entries(MAX_PROCESSES, 0);
+pub static TCP_BYTES: LruPerCpuHashMap<TcpPeerKey, TcpBytes> =
+    LruPerCpuHashMap::with_max_entries(MAX_PROCESSES * 4, 0);
+
+/// `tcp_sendmsg` / `tcp_recvmsg` entry -> return (before 6.3): the socket, by pid_tgid.
+#[map]
+pub static PENDING_TCP_SK: LruHashMap<u64, u64> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// Per-QP transmit totals, per CPU (rxe: keyed by `struct rxe_qp *`).
 #[map]

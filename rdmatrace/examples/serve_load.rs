@@ -119,6 +119,7 @@ fn main() {
                 rx_bytes: 4096,
                 tx_calls: 2,
                 rx_calls: 2,
+                peer: None,
             });
             stage.push(record(pid, "trainer", ts, tcp));
             records += 1;
@@ -187,6 +188,7 @@ fn main() {
             rx_bytes: 0,
             tx_calls: 10,
             rx_calls: 0,
+            peer: None,
         });
         stage.push(record(churn_pid, "loader", ts + 1, tcp));
         let destroy = Body::QpDestroy {

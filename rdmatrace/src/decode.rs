@@ -9,7 +9,7 @@ use rdmatrace_common::event::{
     QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample,
     QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent,
     TcpTuple as RawTcp, UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_SGID_INDEX,
-    QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN, TCP_BYTES_SAMPLE_V1,
 };
 
 use crate::{
@@ -373,13 +373,14 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
             (ev.header, cm_event(&ev))
         }
         EventKind::TcpBytes => {
-            let ev: TcpBytesSample = read(bytes, kind)?;
+            let ev: TcpBytesSample = read_grown(bytes, kind, TCP_BYTES_SAMPLE_V1)?;
             let b = ev.bytes;
             let body = Body::TcpBytes(TcpBytesDelta {
                 tx_bytes: b.tx_bytes,
                 rx_bytes: b.rx_bytes,
                 tx_calls: b.tx_calls,
                 rx_calls: b.rx_calls,
+                peer: (b.family != 0).then(|| ip(b.family, &b.daddr).to_canonical()),
             });
             (ev.header, body)
         }

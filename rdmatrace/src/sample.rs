@@ -13,7 +13,8 @@ use aya::maps::{MapData, PerCpuHashMap};
 use rdmatrace_common::{
     event::{
         CounterSample, CqNotify, CqNotifySample, EventKind, GidSample, PortSample, QpTraffic,
-        QpTrafficSample, TcpBytes, TcpBytesSample, COUNTER_NAME_LEN, PORT_STATE_REMOVED,
+        QpTrafficSample, TcpBytes, TcpBytesSample, TcpPeerKey, COUNTER_NAME_LEN,
+        PORT_STATE_REMOVED,
     },
     limits::DEV_NAME_LEN,
 };
@@ -101,11 +102,11 @@ fn read_counters(root: &Path) -> Vec<(CounterKey, u64)> {
 }
 
 pub struct Sampler {
-    tcp: Option<PerCpuHashMap<MapData, u32, TcpBytes>>,
+    tcp: Option<PerCpuHashMap<MapData, TcpPeerKey, TcpBytes>>,
     qps: Option<PerCpuHashMap<MapData, u64, QpTraffic>>,
     cqs: Option<PerCpuHashMap<MapData, u64, CqNotify>>,
     counters_root: Option<PathBuf>,
-    prev_tcp: HashMap<u32, TcpBytes>,
+    prev_tcp: HashMap<TcpPeerKey, TcpBytes>,
     prev_qp: HashMap<u64, QpTraffic>,
     prev_cq: HashMap<u64, CqNotify>,
     prev_counters: HashMap<CounterKey, u64>,
@@ -231,32 +232,39 @@ impl Sampler {
             out.extend(nl.poll(ts_ns));
         }
         if let Some(map) = &self.tcp {
-            for (pid, per_cpu) in map.iter().filter_map(Result::ok) {
+            // Keys the kernel evicted or no longer has are forgotten here too.
+            let mut seen = std::collections::HashSet::new();
+            for (key, per_cpu) in map.iter().filter_map(Result::ok) {
+                seen.insert(key);
                 let Some(total) = sum_tcp(per_cpu.iter().copied()) else {
                     continue;
                 };
-                let prev = self.prev_tcp.insert(pid, total);
+                let prev = self.prev_tcp.insert(key, total);
                 let base = prev.unwrap_or(TcpBytes {
                     tx_bytes: 0,
                     rx_bytes: 0,
                     tx_calls: 0,
                     rx_calls: 0,
-                    comm: total.comm,
+                    ..total
                 });
                 let delta = TcpBytes {
                     tx_bytes: total.tx_bytes.saturating_sub(base.tx_bytes),
                     rx_bytes: total.rx_bytes.saturating_sub(base.rx_bytes),
                     tx_calls: total.tx_calls.saturating_sub(base.tx_calls),
                     rx_calls: total.rx_calls.saturating_sub(base.rx_calls),
-                    comm: total.comm,
+                    // The key says the peer (a CPU slot may be zero where it never counted).
+                    daddr: key.daddr,
+                    family: key.family,
+                    ..total
                 };
                 if ts_ns != 0 && (delta.tx_calls | delta.rx_calls) != 0 {
                     out.push(pod_bytes(&TcpBytesSample {
-                        header: header(EventKind::TcpBytes, ts_ns, pid, total.comm),
+                        header: header(EventKind::TcpBytes, ts_ns, key.tgid, total.comm),
                         bytes: delta,
                     }));
                 }
             }
+            self.prev_tcp.retain(|k, _| seen.contains(k));
         }
         if let Some(map) = &self.qps {
             for (key, per_cpu) in map.iter().filter_map(Result::ok) {

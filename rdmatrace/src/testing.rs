@@ -314,6 +314,10 @@ pub fn all_kinds() -> Vec<u8> {
         tx_calls: 4,
         rx_calls: 2,
         comm: name(comm),
+        // The peer of its QP: its control channel.
+        daddr: inet([192, 0, 2, 2]),
+        family: 2,
+        _pad: [0; 6],
     };
     g.put(&b);
 

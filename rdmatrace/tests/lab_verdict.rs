@@ -258,3 +258,58 @@ fn lab_a_transport_variable_that_turns_rdma_off_is_named_and_no_other_variable_i
     );
     assert!(names.iter().any(|n| n == "NCCL_IB_DISABLE"), "{names:?}");
 }
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_tcp_beside_an_rdma_job_is_side_traffic_unless_it_goes_to_the_qps_peers() {
+    in_lab();
+    let dir = test_dir("lab-side-tcp");
+    let file = dir.path().join("side.rdmt");
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path], READY_TIMEOUT);
+    // 16 MiB over RDMA (rxe0 -> rxe1, peers 192.0.2.1/2) and 24 MiB over TCP at once: once to
+    // another address (a checkpoint upload), once to the QPs' peer address.
+    let side_args = |to: &'static str| {
+        [
+            "--mib",
+            "16",
+            "--side-tcp-mib",
+            "24",
+            "--side-tcp-to",
+            to,
+        ]
+    };
+    let (side_pid, side_out, code) = mover(&side_args("127.0.0.1"), &[]);
+    assert_eq!(code, Some(0), "{side_out}");
+    let (path_pid, path_out, code) = mover(&side_args("192.0.2.2"), &[]);
+    assert_eq!(code, Some(0), "{path_out}");
+    sleep(Duration::from_millis(2500)); // a sample tick
+    let rec = recorder.stop();
+    assert!(rec.status.success(), "{}", rec.stderr);
+    let report = run(&["report", path, "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
+    let procs = r["data"]["processes"].as_array().expect("processes");
+    let proc_of = |pid: u32| {
+        procs
+            .iter()
+            .find(|p| p["pid"] == json!(pid))
+            .unwrap_or_else(|| panic!("{pid} not in {procs:#?}"))
+    };
+    let side = proc_of(side_pid);
+    assert_eq!(side["verdict"], json!("rdma"), "{side:#}");
+    // Sent and received by the same process: both ways count.
+    assert!(
+        side["tcp_side_bytes"].as_u64().unwrap_or(0) >= 48 << 20,
+        "{side:#}"
+    );
+    assert!(
+        side["evidence"]
+            .to_string()
+            .contains("to other peers than its QPs' (127.0.0.1)"),
+        "{side:#}"
+    );
+    let on_path = proc_of(path_pid);
+    assert_eq!(on_path["verdict"], json!("mixed"), "{on_path:#}");
+    assert_eq!(on_path["tcp_side_bytes"], json!(0), "{on_path:#}");
+}

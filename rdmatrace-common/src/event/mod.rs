@@ -664,6 +664,8 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for QpCapsEvent {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for TcpPeerKey {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for VerbsCallEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for CpuSampleEvent {}

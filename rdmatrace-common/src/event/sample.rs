@@ -7,9 +7,9 @@
 use super::{EventHeader, QpIdent};
 use crate::limits::{COMM_LEN, DEV_NAME_LEN, GID_LEN};
 
-/// Per-process TCP traffic, summed in the kernel (`sock_send_length` / `sock_recv_length` on
-/// TCP sockets) and read by user space. As a kernel map value the fields are running totals;
-/// as a [`TcpBytesSample`] they are deltas since the previous sample.
+/// Per-process TCP traffic per peer address, summed in the kernel (`sock_send_length` /
+/// `sock_recv_length` on TCP sockets) and read by user space. As a kernel map value the fields
+/// are running totals; as a [`TcpBytesSample`] they are deltas since the previous sample.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpBytes {
@@ -18,8 +18,26 @@ pub struct TcpBytes {
     pub tx_calls: u64,
     pub rx_calls: u64,
     pub comm: [u8; COMM_LEN],
+    /// The peer's address: AF_INET in the first 4 bytes, AF_INET6 all 16; `family` 0 when
+    /// unknown (records before it was kept, or a kernel path without the socket).
+    pub daddr: [u8; 16],
+    pub family: u16,
+    pub _pad: [u8; 6],
 }
-const _: () = assert!(core::mem::size_of::<TcpBytes>() == 48);
+const _: () = assert!(core::mem::size_of::<TcpBytes>() == 48 + 24);
+/// Size of [`TcpBytesSample`] before the peer address was appended.
+pub const TCP_BYTES_SAMPLE_V1: usize = 88;
+
+/// The key of the kernel's TCP byte totals: a process and one peer address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TcpPeerKey {
+    pub tgid: u32,
+    pub family: u16,
+    pub _pad: u16,
+    pub daddr: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<TcpPeerKey>() == 24);
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +46,7 @@ pub struct TcpBytesSample {
     pub header: EventHeader,
     pub bytes: TcpBytes,
 }
-const _: () = assert!(core::mem::size_of::<TcpBytesSample>() == 88);
+const _: () = assert!(core::mem::size_of::<TcpBytesSample>() == 88 + 24);
 
 /// Packets and bytes a QP sent (rxe: `rxe_xmit_packet`) and received, keyed in the kernel by the QP's
 /// address; totals in the map, deltas in a [`QpTrafficSample`].

@@ -11,13 +11,14 @@ use aya_ebpf::{
 use rdmatrace_common::{
     config::ProbeConfig,
     event::{
-        reason, transport, EventKind, Owner, RetransmitEvent, TcpBytes, TcpStateEvent, TcpTuple,
+        reason, transport, EventKind, Owner, RetransmitEvent, TcpBytes, TcpPeerKey, TcpStateEvent,
+        TcpTuple,
     },
 };
 
 use crate::{
     emit::{config, header, output, wanted, wanted_pid},
-    maps::{SOCK_OWNER, TCP_BYTES},
+    maps::{PENDING_TCP_SK, SOCK_OWNER, TCP_BYTES},
     read, regs,
 };
 
@@ -44,6 +45,17 @@ fn remember_owner(sk: u64) {
 pub fn tcp_sendmsg_owner(ctx: ProbeContext) -> u32 {
     if let Some(sk) = regs::arg_at(&ctx, 0) {
         remember_owner(sk);
+        // For the return probe that counts bytes before 6.3.
+        let _ = PENDING_TCP_SK.insert(bpf_get_current_pid_tgid(), sk, 0);
+    }
+    0
+}
+
+/// `tcp_recvmsg(sk, ...)` entry, before 6.3: the socket for the return probe.
+#[kprobe]
+pub fn tcp_recvmsg_sk(ctx: ProbeContext) -> u32 {
+    if let Some(sk) = regs::arg_at(&ctx, 0) {
+        let _ = PENDING_TCP_SK.insert(bpf_get_current_pid_tgid(), sk, 0);
     }
     0
 }
@@ -164,24 +176,40 @@ fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
     if family != AF_INET && family != AF_INET6 {
         return None;
     }
-    add_bytes(ret as u64, tx)
+    add_bytes(cfg, sk, family, ret as u64, tx)
 }
 
-/// Adds `bytes` to the calling process's TCP totals.
+/// Adds `bytes` to the calling process's TCP totals towards the socket's peer.
 #[inline(always)]
-fn add_bytes(bytes: u64, tx: bool) -> Option<u32> {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if TCP_BYTES.get_ptr_mut(tgid).is_none() {
+fn add_bytes(cfg: &ProbeConfig, sk: u64, family: u16, bytes: u64, tx: bool) -> Option<u32> {
+    let mut key = TcpPeerKey {
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        family,
+        _pad: 0,
+        daddr: [0; 16],
+    };
+    let ok = if family == AF_INET6 {
+        read::bytes(sk, cfg.sk_v6_daddr, &mut key.daddr)
+    } else {
+        read::bytes(sk, cfg.sk_daddr, &mut key.daddr[..4])
+    };
+    if !ok {
+        key.family = 0;
+    }
+    if TCP_BYTES.get_ptr_mut(&key).is_none() {
         let fresh = TcpBytes {
             tx_bytes: 0,
             rx_bytes: 0,
             tx_calls: 0,
             rx_calls: 0,
             comm: bpf_get_current_comm().unwrap_or([0; 16]),
+            daddr: key.daddr,
+            family: key.family,
+            _pad: [0; 6],
         };
-        let _ = TCP_BYTES.insert(tgid, fresh, 0);
+        let _ = TCP_BYTES.insert(&key, fresh, 0);
     }
-    let v = TCP_BYTES.get_ptr_mut(tgid)?;
+    let v = TCP_BYTES.get_ptr_mut(&key)?;
     // SAFETY: this CPU's slot of a live map value; nothing else writes it meanwhile.
     unsafe {
         if tx {
@@ -209,14 +237,20 @@ pub fn tcp_recv_bytes(ctx: BtfTracePointContext) -> u32 {
 /// `tcp_sendmsg` / `tcp_recvmsg` (bytes moved, TCP over IPv4 or IPv6 only) stand in for them.
 #[inline(always)]
 fn count_ret(ctx: &RetProbeContext, tx: bool) -> Option<u32> {
-    if !wanted(config()?) {
+    let cfg = config()?;
+    let key = bpf_get_current_pid_tgid();
+    // SAFETY: copied out before the entry is removed.
+    let sk = unsafe { PENDING_TCP_SK.get(&key) }.copied().unwrap_or(0);
+    let _ = PENDING_TCP_SK.remove(&key);
+    if !wanted(cfg) {
         return None;
     }
     let ret = regs::ret::<i64>(ctx) as i32;
     if ret <= 0 {
         return None;
     }
-    add_bytes(ret as u64, tx)
+    let family = read::field::<u16>(sk, cfg.sk_family).unwrap_or(0);
+    add_bytes(cfg, sk, family, ret as u64, tx)
 }
 
 #[kretprobe]

@@ -47,6 +47,12 @@ pub const AREA: Area = Area {
             role: Role::InsteadOf("tcp_send_bytes"),
         },
         ProbeSpec {
+            program: "tcp_recvmsg_sk",
+            hook: Hook::Kprobe,
+            target: "tcp_recvmsg",
+            role: Role::InsteadOf("tcp_recv_bytes"),
+        },
+        ProbeSpec {
             program: "tcp_recv_bytes_ret",
             hook: Hook::Kretprobe,
             target: "tcp_recvmsg",

@@ -267,6 +267,8 @@ pub struct TcpBytesDelta {
     pub rx_bytes: u64,
     pub tx_calls: u64,
     pub rx_calls: u64,
+    /// The peer's address (IPv4-mapped IPv6 as IPv4); `None` when not known.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// Packets and bytes a QP sent and received since the previous sample.

@@ -177,6 +177,7 @@ pub fn to_json(rec: &Record, at: Option<&Place>) -> Value {
             d.insert("rx_bytes".into(), t.rx_bytes.into());
             d.insert("tx_calls".into(), t.tx_calls.into());
             d.insert("rx_calls".into(), t.rx_calls.into());
+            d.insert("peer".into(), t.peer.map(|a| a.to_string()).into());
         }
         Body::QpTraffic(t) => {
             d.insert("tx_packets".into(), t.tx_packets.into());

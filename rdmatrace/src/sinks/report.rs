@@ -391,6 +391,7 @@ pub fn to_json(r: &Report, src: &Source) -> Value {
             "tcp_tx_bytes": p.stats.tcp_tx_bytes,
             "tcp_rx_bytes": p.stats.tcp_rx_bytes,
             "tcp_calls": p.stats.tcp_calls,
+            "tcp_side_bytes": p.stats.tcp_side_bytes(),
             "retransmits_rdma": p.stats.retrans_rdma,
             "retransmits_tcp": p.stats.retrans_tcp,
             "exit_code": p.stats.exit_code,

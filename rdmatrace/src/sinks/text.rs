@@ -121,8 +121,12 @@ pub fn line_in(rec: &Record, at: Option<&Place>) -> String {
         Body::TcpBytes(t) => (
             "tcp",
             format!(
-                "tx {} B / {} calls, rx {} B / {} calls",
-                t.tx_bytes, t.tx_calls, t.rx_bytes, t.rx_calls
+                "tx {} B / {} calls, rx {} B / {} calls{}",
+                t.tx_bytes,
+                t.tx_calls,
+                t.rx_bytes,
+                t.rx_calls,
+                t.peer.map_or_else(String::new, |a| format!(" peer {a}"))
             ),
         ),
         Body::QpTraffic(t) => (

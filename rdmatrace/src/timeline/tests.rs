@@ -218,6 +218,7 @@ fn counters_are_per_second_rates_that_drop_to_zero() {
                 rx_bytes: 5,
                 tx_calls: 1,
                 rx_calls: 1,
+                peer: None,
             }),
         ),
     );

@@ -14,8 +14,8 @@ use super::{
 };
 use crate::{
     event::{
-        AsyncElement, AsyncEvent, CompactString, GidInfo, ModifyAttrs, QpKey, QpState, Record,
-        QpCaps, ResType, Resource, UmemFailed, WcError,
+        AsyncElement, AsyncEvent, CompactString, GidInfo, ModifyAttrs, QpCaps, QpKey, QpState,
+        Record, ResType, Resource, UmemFailed, WcError,
     },
     format::gid_text,
 };
@@ -257,12 +257,26 @@ impl Diagnoser {
 
     /// `create_failed`: a refused QP creation, with the capacity asked above the device's.
     pub fn qp_caps(&mut self, rec: &Record, c: &QpCaps) {
-        let dev = if c.dev.is_empty() { "?" } else { c.dev.as_str() };
+        let dev = if c.dev.is_empty() {
+            "?"
+        } else {
+            c.dev.as_str()
+        };
         let over: Vec<String> = [
             ("max_send_wr", c.max_send_wr, "max_qp_wr", c.dev_max_qp_wr),
             ("max_recv_wr", c.max_recv_wr, "max_qp_wr", c.dev_max_qp_wr),
-            ("max_send_sge", c.max_send_sge, "max_send_sge", c.dev_max_send_sge),
-            ("max_recv_sge", c.max_recv_sge, "max_recv_sge", c.dev_max_recv_sge),
+            (
+                "max_send_sge",
+                c.max_send_sge,
+                "max_send_sge",
+                c.dev_max_send_sge,
+            ),
+            (
+                "max_recv_sge",
+                c.max_recv_sge,
+                "max_recv_sge",
+                c.dev_max_recv_sge,
+            ),
         ]
         .into_iter()
         .filter(|&(_, asked, _, max)| max != 0 && asked > max)

@@ -220,6 +220,7 @@ fn a_job_told_by_its_environment_not_to_use_rdma_is_diagnosed_and_nothing_else_i
         rx_bytes: 0,
         tx_calls: 128,
         rx_calls: 0,
+        peer: None,
     });
     a.push(7, "trainer", 3, tcp);
     // A healthy neighbour with a transport variable that does not disable anything.
@@ -229,6 +230,7 @@ fn a_job_told_by_its_environment_not_to_use_rdma_is_diagnosed_and_nothing_else_i
         rx_bytes: 0,
         tx_calls: 128,
         rx_calls: 0,
+        peer: None,
     });
     a.push(8, "loader", 3, tcp);
     let r = a.finish();
@@ -258,6 +260,7 @@ fn tcp_8mib() -> Body {
         rx_bytes: 0,
         tx_calls: 128,
         rx_calls: 0,
+        peer: None,
     })
 }
 
@@ -380,4 +383,49 @@ fn a_refused_create_names_the_capacity_above_the_devices() {
         "{}",
         r.diagnoses[1].cause
     );
+}
+
+#[test]
+fn tcp_to_other_peers_than_its_qps_does_not_make_an_rdma_job_mixed() {
+    let run = |tcp_peer: Option<[u8; 4]>| {
+        let mut a = Analysis::default();
+        let create = Body::QpCreate {
+            qp: qp_info("rxe0", 0x11),
+            ret: 0,
+        };
+        a.push(7, "trainer", 1, create);
+        let peer_gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 2];
+        let to_peer = modify(0x11, QpState::Rtr, |m| {
+            m.dest_qpn = Some(0x12);
+            m.dgid = Some(peer_gid);
+        });
+        a.push(7, "trainer", 2, to_peer);
+        a.push(7, "trainer", 3, modify(0x11, QpState::Rts, |_| {}));
+        a.push(0, "", 4, traffic(0x11, 7, 16 * 1024, 100));
+        let tcp = Body::TcpBytes(crate::event::TcpBytesDelta {
+            tx_bytes: 24 << 20,
+            rx_bytes: 0,
+            tx_calls: 400,
+            rx_calls: 0,
+            peer: tcp_peer.map(std::net::IpAddr::from),
+        });
+        a.push(7, "trainer", 5, tcp);
+        let r = a.finish();
+        r.processes
+            .into_iter()
+            .find(|p| p.stats.pid == 7)
+            .expect("trainer")
+    };
+    // A checkpoint upload to another host beside the job: side traffic.
+    let p = run(Some([10, 1, 2, 3]));
+    assert_eq!(p.verdict, Verdict::Rdma, "{:?}", p.evidence);
+    assert!(
+        p.evidence.iter().any(|e| e
+            == "24.0 MiB of it to other peers than its QPs' (10.1.2.3): side traffic, not its transport"),
+        "{:?}",
+        p.evidence
+    );
+    // The same bytes to its QP's peer, or to a peer not known: the transport is mixed.
+    assert_eq!(run(Some([192, 0, 2, 2])).verdict, Verdict::Mixed);
+    assert_eq!(run(None).verdict, Verdict::Mixed);
 }

@@ -182,6 +182,11 @@ impl Analyzer {
                     }
                     if let Some(g) = attrs.dgid {
                         q.peer_gid = Some(g);
+                        let owner = q.owner_pid;
+                        let addr = std::net::Ipv6Addr::from(g).to_canonical();
+                        if let Some(p) = self.procs.get_mut(&owner) {
+                            p.rdma_peer(addr);
+                        }
                     }
                     if let Some(i) = attrs.sgid_index {
                         q.sgid_index = Some(i);
@@ -220,6 +225,7 @@ impl Analyzer {
                 p.tcp_tx_bytes += t.tx_bytes;
                 p.tcp_rx_bytes += t.rx_bytes;
                 p.tcp_calls += t.tx_calls + t.rx_calls;
+                p.tcp_to(t.peer, t.tx_bytes + t.rx_bytes);
             }
             Body::QpTraffic(t) => {
                 self.traffic_measured = true;

@@ -46,6 +46,7 @@ fn tcp(tx: u64) -> Body {
         rx_bytes: 0,
         tx_calls: tx / 65536 + 1,
         rx_calls: 0,
+        peer: None,
     })
 }
 fn traffic(qpn: u32, pid: u32, bytes: u64) -> Body {

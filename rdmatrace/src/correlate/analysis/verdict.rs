@@ -54,6 +54,11 @@ pub struct ProcStats {
     pub tcp_tx_bytes: u64,
     pub tcp_rx_bytes: u64,
     pub tcp_calls: u64,
+    /// TCP bytes (both ways) per peer address; `None`: peer not known (or past
+    /// [`MAX_PEERS`] distinct peers).
+    pub tcp_peers: Vec<(Option<std::net::IpAddr>, u64)>,
+    /// The addresses its QPs were connected to (dest GIDs), at most [`MAX_PEERS`].
+    pub rdma_peers: Vec<std::net::IpAddr>,
     pub retrans_rdma: u64,
     pub retrans_tcp: u64,
     pub exit_code: Option<i32>,
@@ -100,6 +105,12 @@ impl ProcStats {
         self.tcp_tx_bytes += o.tcp_tx_bytes;
         self.tcp_rx_bytes += o.tcp_rx_bytes;
         self.tcp_calls += o.tcp_calls;
+        for (peer, n) in &o.tcp_peers {
+            self.tcp_to(*peer, *n);
+        }
+        for a in &o.rdma_peers {
+            self.rdma_peer(*a);
+        }
         self.device_lookups += o.device_lookups;
         self.device_open_calls += o.device_open_calls;
         self.retrans_rdma += o.retrans_rdma;
@@ -109,6 +120,37 @@ impl ProcStats {
                 self.env.push(kv.clone());
             }
         }
+    }
+
+    /// Adds `n` TCP bytes towards `peer`.
+    pub(super) fn tcp_to(&mut self, peer: Option<std::net::IpAddr>, n: u64) {
+        if let Some(e) = self.tcp_peers.iter_mut().find(|(p, _)| *p == peer) {
+            e.1 += n;
+        } else if self.tcp_peers.len() < MAX_PEERS {
+            self.tcp_peers.push((peer, n));
+        } else {
+            self.tcp_to(None, n);
+        }
+    }
+
+    /// Notes an address one of its QPs was connected to.
+    pub(super) fn rdma_peer(&mut self, a: std::net::IpAddr) {
+        if !self.rdma_peers.contains(&a) && self.rdma_peers.len() < MAX_PEERS {
+            self.rdma_peers.push(a);
+        }
+    }
+
+    /// TCP bytes to other peers than its QPs' (when those are known): side traffic, not the
+    /// job's transport.
+    pub fn tcp_side_bytes(&self) -> u64 {
+        if self.rdma_peers.is_empty() {
+            return 0;
+        }
+        self.tcp_peers
+            .iter()
+            .filter(|(p, _)| p.is_some_and(|a| !self.rdma_peers.contains(&a)))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// Notes that the process uses a QP of this type on this device.
@@ -123,10 +165,15 @@ impl ProcStats {
     }
 }
 
+/// Distinct peer addresses kept per process (TCP and RDMA each).
+pub const MAX_PEERS: usize = 256;
+
 /// The verdict alone, without its evidence (no allocation: a live agent asks it of every
 /// process once a second). [`verdict`] gives the same verdict with its evidence.
 pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
     let tcp = p.tcp_tx_bytes + p.tcp_rx_bytes;
+    // TCP on the RDMA path: to its QPs' peers or to peers not known.
+    let tcp_path = tcp.saturating_sub(p.tcp_side_bytes());
     let touched = p.ctx_opens > 0 || p.qps_created > 0;
     let rdma = p.rdma_tx_bytes + p.rdma_rx_bytes;
     let tcp_data = tcp >= TCP_DATA_THRESHOLD;
@@ -150,7 +197,9 @@ pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
         } else {
             Verdict::Idle
         }
-    } else if tcp_data && (!traffic_measured || tcp.saturating_mul(10) >= rdma) {
+    } else if tcp_path >= TCP_DATA_THRESHOLD
+        && (!traffic_measured || tcp_path.saturating_mul(10) >= rdma)
+    {
         Verdict::Mixed
     } else {
         Verdict::Rdma
@@ -225,6 +274,25 @@ pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) 
             p.tcp_calls
         )
     });
+    let side = p.tcp_side_bytes();
+    if side > 0 {
+        let mut others: Vec<String> = p
+            .tcp_peers
+            .iter()
+            .filter_map(|(a, _)| a.filter(|a| !p.rdma_peers.contains(a)))
+            .map(|a| a.to_string())
+            .collect();
+        if others.len() > 4 {
+            let more = others.len() - 4;
+            others.truncate(4);
+            others.push(format!("{more} more"));
+        }
+        ev.push(format!(
+            "{} of it to other peers than its QPs' ({}): side traffic, not its transport",
+            size(side),
+            others.join(", ")
+        ));
+    }
     if !p.env.is_empty() {
         let vars: Vec<String> = p.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         ev.push(format!("environment: {}", vars.join(" ")));
@@ -239,11 +307,19 @@ pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) 
             size(TCP_DATA_THRESHOLD)
         ));
     }
-    if verdict == Verdict::Rdma && tcp > 0 {
-        ev.push(format!(
-            "TCP below the data threshold ({}): a control channel",
-            size(TCP_DATA_THRESHOLD)
-        ));
+    let path = tcp - side;
+    if verdict == Verdict::Rdma && path > 0 {
+        ev.push(if path < TCP_DATA_THRESHOLD {
+            format!(
+                "TCP below the data threshold ({}): a control channel",
+                size(TCP_DATA_THRESHOLD)
+            )
+        } else {
+            format!(
+                "TCP to its QPs' peers ({}) under a tenth of its RDMA bytes: a control channel",
+                size(path)
+            )
+        });
     }
     (verdict, ev)
 }

@@ -69,6 +69,7 @@ fn a_changed_verdict_or_name_replaces_the_series_and_nothing_else_is_touched() {
             rx_bytes: 0,
             tx_calls: 1,
             rx_calls: 0,
+            peer: None,
         })
     };
     // TCP only: tcp; once it also created a QP that never connected: tcp_fallback.
@@ -118,6 +119,7 @@ fn churn(sink: &mut MetricsSink, st: &mut Correlator, pid: u32, at: u64) {
         rx_bytes: 1,
         tx_calls: 1,
         rx_calls: 1,
+        peer: None,
     });
     feed(sink, st, record(pid, "loader", at, tcp));
     let exit = Body::ProcessExit {

@@ -6,7 +6,8 @@
 //!         [--events] [--retry-cnt N] [--kill-peer-after-mib M] [--gid-index 1]
 //!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S] [--chunk-kib K]
 //!         [--no-remote-write] [--overflow-cq] [--wrong-dest-qpn] [--peer-gid-index N]
-//!         [--send-without-recv] [--rnr-retry N] [--sq-depth N]`
+//!         [--send-without-recv] [--rnr-retry N] [--sq-depth N]
+//!         [--side-tcp-mib M --side-tcp-to ADDR]`
 //!
 //! RDMA: RC QPs, signaled RDMA WRITEs of `--chunk-kib` (64) KiB, 16 in flight; `--events` waits on a
 //! completion channel instead of polling. `--kill-peer-after-mib M` destroys the receiving QP
@@ -24,7 +25,9 @@
 //! SENDs while the receiver never posts a receive buffer: the receiver answers with RNR NAKs
 //! until the sender's `--rnr-retry` (default 7, forever) run out. `--sq-depth N` asks for a
 //! sender QP with N outstanding work requests (default 16): above the device's max_qp_wr the
-//! creation is refused.
+//! creation is refused. `--side-tcp-mib M` also moves M MiB over TCP on loopback-style
+//! `ADDR` (to ADDR, from ADDR) while the RDMA transfer runs, as a data loader or a checkpoint
+//! upload beside a job would.
 //!
 //! Output: `rt-mover: pid P transport T sender DEV qpn 0xN receiver DEV qpn 0xN`, then
 //! `rt-mover: moved B bytes`, or `rt-mover: wc error status S (TEXT) qpn 0xN` and exit code 2.
@@ -58,6 +61,7 @@ struct Opts {
     send: bool,
     rnr_retry: u8,
     sq_depth: u32,
+    side_tcp: Option<(u64, String)>,
 }
 
 fn opts() -> anyhow::Result<Opts> {
@@ -81,7 +85,10 @@ fn opts() -> anyhow::Result<Opts> {
         send: false,
         rnr_retry: 7,
         sq_depth: DEPTH as u32,
+        side_tcp: None,
     };
+    let mut side_to = "127.0.0.1".to_string();
+    let mut side_mib = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().with_context(|| format!("{a} needs a value"));
@@ -105,9 +112,12 @@ fn opts() -> anyhow::Result<Opts> {
             "--send-without-recv" => o.send = true,
             "--rnr-retry" => o.rnr_retry = val()?.parse()?,
             "--sq-depth" => o.sq_depth = val()?.parse()?,
+            "--side-tcp-mib" => side_mib = Some(val()?.parse::<u64>()?),
+            "--side-tcp-to" => side_to = val()?,
             other => bail!("unknown argument {other:?}"),
         }
     }
+    o.side_tcp = side_mib.map(|m| (m, side_to));
     Ok(o)
 }
 
@@ -186,6 +196,9 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         std::thread::sleep(o.linger);
         return Ok(std::process::ExitCode::from(3));
     }
+    let side = o.side_tcp.clone().map(|(mib, addr)| {
+        std::thread::spawn(move || tcp_transfer(&addr, &addr, mib << 20))
+    });
     let (mut posted, mut done, mut inflight) = (0u64, 0u64, 0usize);
     let mut wcs: Vec<ibv_wc> = (0..DEPTH)
         // SAFETY: all-zero is a valid ibv_wc.
@@ -225,6 +238,12 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
             dqp = None;
             println!("rt-mover: receiver QP destroyed after {done} bytes");
         }
+    }
+    if let Some(t) = side {
+        let got = t
+            .join()
+            .map_err(|_| anyhow::anyhow!("side TCP thread panicked"))??;
+        println!("rt-mover: side tcp {got} bytes");
     }
     println!("rt-mover: moved {done} bytes");
     let _ = std::io::stdout().flush();
