@@ -269,16 +269,7 @@ fn lab_tcp_beside_an_rdma_job_is_side_traffic_unless_it_goes_to_the_qps_peers() 
     let recorder = start(&["record", "-o", path], READY_TIMEOUT);
     // 16 MiB over RDMA (rxe0 -> rxe1, peers 192.0.2.1/2) and 24 MiB over TCP at once: once to
     // another address (a checkpoint upload), once to the QPs' peer address.
-    let side_args = |to: &'static str| {
-        [
-            "--mib",
-            "16",
-            "--side-tcp-mib",
-            "24",
-            "--side-tcp-to",
-            to,
-        ]
-    };
+    let side_args = |to: &'static str| ["--mib", "16", "--side-tcp-mib", "24", "--side-tcp-to", to];
     let (side_pid, side_out, code) = mover(&side_args("127.0.0.1"), &[]);
     assert_eq!(code, Some(0), "{side_out}");
     let (path_pid, path_out, code) = mover(&side_args("192.0.2.2"), &[]);

@@ -29,6 +29,7 @@ enum Series {
     Retx(RetransmitLabels),
     Qps(QpsLabels),
     Anomaly(AnomalyLabels),
+    Diagnosis(AnomalyLabels),
 }
 
 /// Limits of a long-running agent.
@@ -197,6 +198,16 @@ impl MetricsSink {
                     self.f.anomalies.get_or_create(&l).inc();
                 }
             }
+            Count::Diagnosis { kind, dev } => {
+                let l = AnomalyLabels {
+                    kind: kind.into(),
+                    proc,
+                    dev: dev.to_string(),
+                };
+                if self.admit(pid, Series::Diagnosis(l.clone())) {
+                    self.f.diagnoses.get_or_create(&l).inc();
+                }
+            }
         }
     }
 
@@ -206,6 +217,10 @@ impl MetricsSink {
     pub fn refresh(&mut self, state: &Correlator) {
         self.refresh_verdicts(state);
         self.refresh_qps(state);
+        for (pid, comm, kind, dev) in self.analyzer.fresh_diagnoses() {
+            let dev = dev.as_deref().unwrap_or_default().to_string();
+            self.count(pid, &comm, state, Count::Diagnosis { kind, dev: &dev });
+        }
         self.prune();
         self.f.processes.set(self.procs.len() as i64);
     }
@@ -319,6 +334,7 @@ impl MetricsSink {
                             self.f.qps.remove(&l)
                         }
                         Series::Anomaly(l) => self.f.anomalies.remove(&l),
+                        Series::Diagnosis(l) => self.f.diagnoses.remove(&l),
                     };
                 }
             }
@@ -358,6 +374,10 @@ enum Count<'a> {
         n: u64,
     },
     Anomaly {
+        kind: &'a str,
+        dev: &'a str,
+    },
+    Diagnosis {
         kind: &'a str,
         dev: &'a str,
     },

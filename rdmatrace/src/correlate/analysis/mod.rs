@@ -69,6 +69,8 @@ pub struct Analyzer {
     events: u64,
     lost: u64,
     lost_per_cpu: BTreeMap<u32, u64>,
+    /// (pid, kind) of the process diagnoses [`Analyzer::fresh_diagnoses`] returned.
+    announced_procs: rustc_hash::FxHashSet<(u32, &'static str)>,
 }
 
 impl Analyzer {
@@ -92,6 +94,7 @@ impl Analyzer {
     /// `keep_anomalies` anomalies (see [`Analyzer::anomalies_since`]).
     pub fn prune(&mut self, gone: impl Fn(u32) -> bool, before_ns: u64, keep_anomalies: usize) {
         self.procs.retain(|pid, _| !gone(*pid));
+        self.announced_procs.retain(|(pid, _)| !gone(*pid));
         self.blame.forget(&gone);
         self.book.forget_destroyed(before_ns);
         let kept: rustc_hash::FxHashSet<&QpKey> = self.book.qps.iter().map(|q| &q.key).collect();
@@ -125,6 +128,29 @@ impl Analyzer {
             .values()
             .filter(|p| p.active())
             .map(|p| (p, verdict::classify(p, self.traffic_measured)))
+    }
+
+    /// (pid, comm, kind, dev) of the diagnoses found since the last call, as known now (a live
+    /// agent's once-a-second question). `fabric_loss` is judged on a whole run: not here.
+    pub fn fresh_diagnoses(
+        &mut self,
+    ) -> Vec<(u32, CompactString, &'static str, Option<CompactString>)> {
+        let mut out = self.diag.fresh(&self.book.qps, self.traffic_measured);
+        for p in self.procs.values().filter(|p| p.active()) {
+            let kind = match verdict::classify(p, self.traffic_measured) {
+                Verdict::Tcp | Verdict::TcpFallback | Verdict::Mixed
+                    if crate::environ::disables_rdma(&p.env).is_some() =>
+                {
+                    "transport_disabled_by_env"
+                }
+                Verdict::TcpFallback if transport::found_no_device(p) => "no_rdma_device",
+                _ => continue,
+            };
+            if self.announced_procs.insert((p.pid, kind)) {
+                out.push((p.pid, p.comm.clone(), kind, None));
+            }
+        }
+        out
     }
 
     /// The QPs alive now, with their accounts.

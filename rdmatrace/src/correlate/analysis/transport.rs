@@ -2,7 +2,12 @@
 //! environment turned RDMA off (`transport_disabled_by_env`), or it found no RDMA device to
 //! open (`no_rdma_device`), and it moved its data over TCP.
 
-use super::{diagnosis::Diagnosis, ProcReport, Verdict};
+use super::{diagnosis::Diagnosis, ProcReport, ProcStats, Verdict};
+
+/// It looked for RDMA devices and opened none (its verdict decides whether that mattered).
+pub fn found_no_device(s: &ProcStats) -> bool {
+    s.device_lookups > 0 && s.ctx_opens == 0 && s.qps_created == 0
+}
 
 /// `transport_disabled_by_env`: a process whose data went over TCP while its environment turns
 /// RDMA off or picks a socket transport. Judged on the whole run (dated at its end).
@@ -46,11 +51,7 @@ pub fn transport_env(procs: &[ProcReport], end_wall_ns: u64, out: &mut Vec<Diagn
 pub fn no_device(procs: &[ProcReport], end_wall_ns: u64, out: &mut Vec<Diagnosis>) {
     for p in procs {
         let s = &p.stats;
-        if p.verdict != Verdict::TcpFallback
-            || s.ctx_opens > 0
-            || s.qps_created > 0
-            || s.device_lookups == 0
-        {
+        if p.verdict != Verdict::TcpFallback || !found_no_device(s) {
             continue;
         }
         // Told not to use RDMA: that diagnosis says why.

@@ -92,6 +92,8 @@ pub struct Families {
     pub retransmits: Family<RetransmitLabels, Counter>,
     pub qps: Family<QpsLabels, Gauge>,
     pub anomalies: Family<AnomalyLabels, Counter>,
+    /// Same labels as anomalies: kind, process, device.
+    pub diagnoses: Family<AnomalyLabels, Counter>,
     pub events: Family<TypeLabels, Counter>,
     pub lost: Counter,
     pub incidents: Family<KindLabels, Counter>,
@@ -134,6 +136,11 @@ impl Families {
             "rdmatrace_anomalies",
             "Anomalies found (failed modifies, QPs moved to ERR, error completions, port down...), by kind",
             f.anomalies.clone(),
+        );
+        r.register(
+            "rdmatrace_diagnoses",
+            "Faults named with their cause (docs/diagnosis.md), by kind, process and device, counted when found",
+            f.diagnoses.clone(),
         );
         r.register(
             "rdmatrace_events",

@@ -179,3 +179,40 @@ fn max_series_caps_the_series_and_counts_what_it_refused() {
         .expect("dropped counter");
     assert!(dropped >= 30, "{t}");
 }
+
+#[test]
+fn diagnoses_are_counted_once_when_found_live() {
+    let (f, reg) = Families::new();
+    let mut sink = MetricsSink::new(f, Limits::default());
+    let mut st = Correlator::new();
+    let create = Body::QpCreate {
+        qp: qp_info("rxe0", 0x11),
+        ret: 0,
+    };
+    feed(&mut sink, &mut st, record(7, "trainer", 1, create));
+    for (ts, s) in [(2, QpState::Init), (3, QpState::Rtr), (4, QpState::Rts)] {
+        feed(&mut sink, &mut st, record(7, "trainer", ts, modify("rxe0", 0x11, s, 0)));
+    }
+    let wc = |status: &str| {
+        Body::WcError(crate::event::WcError {
+            qp: qp_info("rxe0", 0x11).key,
+            cqn: 3,
+            status: status.into(),
+            vendor_err: 0,
+            owner_pid: 7,
+            owner_comm: "trainer".into(),
+        })
+    };
+    feed(&mut sink, &mut st, record(0, "", 5, wc("REM_ACCESS_ERR")));
+    sink.refresh(&st);
+    // Its flushes and later refreshes do not count it again.
+    feed(&mut sink, &mut st, record(0, "", 6, wc("WR_FLUSH_ERR")));
+    sink.refresh(&st);
+    sink.refresh(&st);
+    let t = text(&reg);
+    assert!(
+        t.contains(r#"rdmatrace_diagnoses_total{kind="remote_access",pid="7",comm="trainer",container="",pod_uid="",dev="rxe0"} 1"#),
+        "{t}"
+    );
+    assert_eq!(t.matches("rdmatrace_diagnoses_total{").count(), 1, "{t}");
+}

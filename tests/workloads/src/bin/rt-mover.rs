@@ -196,9 +196,10 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         std::thread::sleep(o.linger);
         return Ok(std::process::ExitCode::from(3));
     }
-    let side = o.side_tcp.clone().map(|(mib, addr)| {
-        std::thread::spawn(move || tcp_transfer(&addr, &addr, mib << 20))
-    });
+    let side = o
+        .side_tcp
+        .clone()
+        .map(|(mib, addr)| std::thread::spawn(move || tcp_transfer(&addr, &addr, mib << 20)));
     let (mut posted, mut done, mut inflight) = (0u64, 0u64, 0usize);
     let mut wcs: Vec<ibv_wc> = (0..DEPTH)
         // SAFETY: all-zero is a valid ibv_wc.

@@ -1,0 +1,265 @@
+//! The diagnosis of one QP's chain of errors from its first error, its attributes, its peer
+//! among the traced QPs and the addressing of both ends.
+
+use super::{Attrs, Diagnosis, FirstError, QpErrors};
+use crate::{
+    correlate::analysis::{
+        addressing::{Addressing, Finding},
+        qps::QpLife,
+    },
+    event::{QpKey, QpState},
+    format::gid_text,
+};
+
+/// The peer end of `q` among the traced QPs: the QP whose number is `q`'s dest QPN and whose
+/// dest QPN is `q`'s (both ends on this host, or both recorded).
+fn peer_of<'a>(q: &QpLife, qps: &'a [QpLife]) -> Option<&'a QpLife> {
+    let want = q.peer_qpn?;
+    qps.iter()
+        .rev()
+        .find(|p| p.key.qpn == want && p.peer_qpn == Some(q.key.qpn) && p.key != q.key)
+}
+
+fn ns_text(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    }
+}
+
+/// The local ACK timeout an IB `timeout` value stands for (4.096 µs × 2^timeout; 0 = none).
+fn ack_timeout_text(t: u8) -> String {
+    if t == 0 {
+        "infinite".into()
+    } else {
+        ns_text(4096u64 << t.min(40))
+    }
+}
+
+/// What a QP's diagnosis is judged against besides its own errors.
+pub(super) struct Context<'a> {
+    pub(super) qps: &'a [QpLife],
+    pub(super) attrs: Attrs,
+    pub(super) traffic_measured: bool,
+    pub(super) addressing: &'a Addressing,
+}
+
+pub(super) fn diagnose(
+    key: &QpKey,
+    first: &FirstError,
+    e: &QpErrors,
+    life: Option<&QpLife>,
+    ctx: &Context,
+) -> Diagnosis {
+    let (qps, attrs, traffic_measured) = (ctx.qps, ctx.attrs, ctx.traffic_measured);
+    let qpn = key.qpn;
+    let dev = &key.dev;
+    let peer = life.and_then(|q| peer_of(q, qps));
+    let peer_name = |p: &QpLife| {
+        format!(
+            "QP {:#x} on {} of pid {} ({})",
+            p.key.qpn, p.key.dev, p.owner_pid, p.owner_comm
+        )
+    };
+    let mut evidence = vec![format!(
+        "first error completion {} on CQ#{} for QP {qpn:#x} on {dev}{}",
+        first.status,
+        first.cqn,
+        if first.vendor_err != 0 {
+            format!(" (vendor error {:#x})", first.vendor_err)
+        } else {
+            String::new()
+        }
+    )];
+    if let Some(q) = life {
+        let mut line = format!(
+            "QP {qpn:#x} ({}) created by pid {} ({})",
+            crate::event::qp_type_name(q.qp_type),
+            q.owner_pid,
+            q.owner_comm
+        );
+        if let Some(d) = q.peer_qpn {
+            line += &format!(", dest QPN {d:#x}");
+        }
+        if let Some(g) = &q.peer_gid {
+            line += &format!(", dest GID {}", gid_text(g));
+        }
+        evidence.push(line);
+        if traffic_measured {
+            evidence.push(format!(
+                "{} packets sent, {} received, {} retransmits on this QP",
+                q.tx_packets, q.rx_packets, q.retransmits
+            ));
+        }
+    }
+    let status = first.status.as_str();
+    let (kind, cause, fix) = match status {
+        "RNR_RETRY_EXC_ERR" => {
+            let receiver = peer.map_or_else(
+                || {
+                    format!(
+                        "the receiver (dest QPN {})",
+                        life.and_then(|q| q.peer_qpn)
+                            .map_or("?".into(), |d| format!("{d:#x}"))
+                    )
+                },
+                |p| format!("receiver pid {} ({})", p.owner_pid, p.owner_comm),
+            );
+            if let Some(r) = attrs.rnr_retry {
+                evidence.push(format!(
+                    "rnr_retry {r} on QP {qpn:#x}{}",
+                    if r == 7 { " (7 = retry forever)" } else { "" }
+                ));
+            }
+            (
+                "rnr",
+                format!(
+                    "{receiver} did not post receive buffers in time: QP {qpn:#x} on {dev} hit RNR retry exceeded"
+                ),
+                "post receives before the peer sends (and enough of them), or raise rnr_retry \
+                 (7 retries forever) on the sender and min_rnr_timer on the receiver"
+                    .to_string(),
+            )
+        }
+        "REM_ACCESS_ERR" => {
+            if let Some(p) = peer {
+                evidence.push(format!("the target is {}", peer_name(p)));
+            }
+            (
+                "remote_access",
+                format!(
+                    "the peer refused QP {qpn:#x}'s RDMA access: the rkey is not a valid key of the peer, the address is outside its MR, or the MR lacks remote access"
+                ),
+                "send the rkey and address of an MR the peer registered with \
+                 IBV_ACCESS_REMOTE_WRITE/READ/ATOMIC as the operation needs, and keep it \
+                 registered while the peer uses it"
+                    .into(),
+            )
+        }
+        "LOC_LEN_ERR" | "LOC_PROT_ERR" | "LOC_QP_OP_ERR" | "LOC_EEC_OP_ERR" | "LOC_ACCESS_ERR"
+        | "MW_BIND_ERR" | "REM_INV_REQ_ERR" => {
+            let what = match status {
+                "LOC_LEN_ERR" => "a message longer than the posted receive buffer (or a send longer than the port's limits)",
+                "LOC_PROT_ERR" => "a work request whose lkey or address range is not in a registered MR of the QP's PD",
+                "LOC_QP_OP_ERR" => "a work request the QP cannot execute (opcode or size invalid for it)",
+                "LOC_ACCESS_ERR" => "a local MR without the access the operation needs",
+                "REM_INV_REQ_ERR" => "a request the peer found invalid (longer than its receive buffer, or an opcode its QP does not allow)",
+                "MW_BIND_ERR" => "a memory window bind the MR does not allow",
+                _ => "a local QP operation error",
+            };
+            (
+                "local_error",
+                format!("QP {qpn:#x} on {dev} posted {what}"),
+                "check the failing work request's sizes, keys and opcode against the MRs and \
+                 the QP type (and the receive buffer sizes the peer posts)"
+                    .into(),
+            )
+        }
+        "RETRY_EXC_ERR" => {
+            if let Some(t) = attrs.timeout {
+                evidence.push(format!(
+                    "timeout {t} (local ACK timeout {}), retry_cnt {}",
+                    ack_timeout_text(t),
+                    attrs.retry_cnt.map_or("?".into(), |r| r.to_string())
+                ));
+            }
+            let acked = life.is_some_and(|q| q.rx_packets > 0);
+            let gone = peer.filter(|p| {
+                p.destroyed_ns.is_some_and(|t| t <= first.ts_ns) || p.state == Some(QpState::Err)
+            });
+            let addressing = || -> Option<(&'static str, Finding)> {
+                let q = life?;
+                if let Some(f) = peer.and_then(|p| ctx.addressing.pair(q, p)) {
+                    return Some(("gid_mismatch", f));
+                }
+                if peer.is_none() {
+                    let f = ctx.addressing.dest_qpn_unknown(q, qps, first.ts_ns)?;
+                    return Some(("dest_qpn_unknown", f));
+                }
+                None
+            };
+            let found = if gone.is_none() { addressing() } else { None };
+            if let Some((kind, f)) = found {
+                evidence.extend(f.evidence);
+                (kind, f.cause, f.fix)
+            } else if traffic_measured && !acked {
+                (
+                    "unreachable",
+                    format!(
+                        "the destination of QP {qpn:#x} on {dev} never answered: retries exceeded with nothing ever acknowledged"
+                    ),
+                    "check the dest GID/QPN the QP was connected to, the route and neighbour \
+                     for the dest address, and that the peer's QP reached RTR"
+                        .into(),
+                )
+            } else if let Some(p) = gone {
+                evidence.push(format!(
+                    "the peer {} was {} before this error",
+                    peer_name(p),
+                    if p.destroyed_ns.is_some() {
+                        "destroyed"
+                    } else {
+                        "in ERR"
+                    }
+                ));
+                (
+                    "peer_gone",
+                    format!(
+                        "the peer of QP {qpn:#x} on {dev} (pid {} {}) went away while QP {qpn:#x} still sent: retries exceeded",
+                        p.owner_pid, p.owner_comm
+                    ),
+                    "end both sides together (a disconnect message or RDMA CM), or check why \
+                     the peer process exited"
+                        .into(),
+                )
+            } else {
+                (
+                    "retry_exceeded",
+                    format!(
+                        "QP {qpn:#x} on {dev} stopped being acknowledged: transport retries exceeded (the peer went away, its QP left RTS, or the path lost every packet)"
+                    ),
+                    "check the peer process and its QP state, and loss on the path (port \
+                     counters, retransmits)"
+                        .into(),
+                )
+            }
+        }
+        _ => (
+            "completion_error",
+            format!("QP {qpn:#x} on {dev} completed a work request with {status}"),
+            "see the status in the verbs documentation (ibv_wc_status_str) and the QP's \
+             evidence"
+                .into(),
+        ),
+    };
+    let mut consequences = Vec::new();
+    if e.flushed > 0 {
+        consequences.push(format!(
+            "{} work request(s) flushed (WR_FLUSH_ERR)",
+            e.flushed
+        ));
+    }
+    for (s, n) in &e.later {
+        consequences.push(format!("{n} later completion(s) {s}"));
+    }
+    if let Some(from) = e.driver_err {
+        consequences.push(format!(
+            "QP moved {}->ERR by the driver",
+            from.map_or("?", |s| s.name())
+        ));
+    }
+    Diagnosis {
+        kind,
+        ts_ns: first.ts_ns,
+        wall_ns: first.wall_ns,
+        pid: first.pid,
+        comm: first.comm.clone(),
+        dev: Some(dev.clone()),
+        qpn: Some(qpn),
+        cause,
+        evidence,
+        fix,
+        consequences,
+    }
+}

@@ -1,0 +1,299 @@
+//! Diagnoses: a fault named with its cause, the evidence it rests on and what to change. Only the
+//! first error of a chain is a cause: the flushed work requests and the errors that follow it on
+//! the same QP are its consequences, listed under it. A QP its owner moved to ERR before any
+//! error (a teardown) gets no diagnosis for its flushes. The kinds are an interface
+//! (docs/diagnosis.md).
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+
+use super::{addressing::Addressing, qps::QpLife};
+use crate::event::{CompactString, GidInfo, ModifyAttrs, QpKey, QpState, Record, WcError};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnosis {
+    pub kind: &'static str,
+    pub ts_ns: u64,
+    pub wall_ns: u64,
+    pub pid: u32,
+    pub comm: CompactString,
+    pub dev: Option<CompactString>,
+    pub qpn: Option<u32>,
+    /// One sentence.
+    pub cause: String,
+    /// The records and figures it rests on.
+    pub evidence: Vec<String>,
+    /// What to change.
+    pub fix: String,
+    /// What followed from it (flushes, later errors, the QP's move to ERR).
+    pub consequences: Vec<String>,
+}
+
+/// The QP attributes a diagnosis names, as last set by a modify.
+#[derive(Clone, Copy, Default)]
+struct Attrs {
+    timeout: Option<u8>,
+    retry_cnt: Option<u8>,
+    rnr_retry: Option<u8>,
+}
+
+#[derive(Clone)]
+struct FirstError {
+    ts_ns: u64,
+    wall_ns: u64,
+    status: CompactString,
+    cqn: u32,
+    vendor_err: u32,
+    pid: u32,
+    comm: CompactString,
+}
+
+#[derive(Clone, Default)]
+struct QpErrors {
+    first: Option<FirstError>,
+    flushed: u64,
+    /// Later error completions that are not flushes, by status.
+    later: BTreeMap<CompactString, u64>,
+    /// The owner moved it to ERR before any error: a teardown, its flushes expected.
+    torn_down: bool,
+    /// The driver moved it to ERR (from which state).
+    driver_err: Option<Option<QpState>>,
+}
+
+/// A modify with an address vector that the kernel refused.
+#[derive(Clone)]
+struct FailedAv {
+    ts_ns: u64,
+    wall_ns: u64,
+    pid: u32,
+    comm: CompactString,
+    key: QpKey,
+    sgid_index: u32,
+    dgid: [u8; 16],
+    ret: i32,
+    transition: String,
+}
+
+#[derive(Clone, Default)]
+pub(super) struct Diagnoser {
+    addressing: Addressing,
+    failed_av: Vec<FailedAv>,
+    attrs: FxHashMap<QpKey, Attrs>,
+    errors: FxHashMap<QpKey, QpErrors>,
+    /// (device, CQ id) -> (owner pid, comm, CQ entries).
+    cqs: FxHashMap<(CompactString, u32), (u32, CompactString, Option<u32>)>,
+    found: Vec<Diagnosis>,
+    /// What [`Diagnoser::fresh`] returned already: `found` and `failed_av` up to these
+    /// indexes, and the QPs whose chains were named.
+    announced_found: usize,
+    announced_av: usize,
+    announced_qps: rustc_hash::FxHashSet<QpKey>,
+}
+
+/// Failed modifies with an address vector kept for the end (a program retrying in a loop).
+const MAX_FAILED_AV: usize = 1000;
+
+fn is_flush(status: &str) -> bool {
+    status == "WR_FLUSH_ERR"
+}
+
+impl Diagnoser {
+    /// Forgets per-QP memory of QPs no longer live (a long-running agent).
+    pub fn forget_qps(&mut self, live: impl Fn(&QpKey) -> bool) {
+        self.attrs.retain(|k, _| live(k));
+        self.errors.retain(|k, _| live(k));
+        self.announced_qps.retain(|k| live(k));
+    }
+
+    /// Keeps the last `keep` diagnoses found from events (CQ overruns).
+    pub fn trim(&mut self, keep: usize) {
+        if self.found.len() > keep {
+            let cut = self.found.len() - keep;
+            self.found.drain(..cut);
+            self.announced_found = self.announced_found.saturating_sub(cut);
+        }
+    }
+
+    pub fn modified(&mut self, key: &QpKey, a: &ModifyAttrs) {
+        let e = self.attrs.entry(key.clone()).or_default();
+        e.timeout = a.timeout.or(e.timeout);
+        e.retry_cnt = a.retry_cnt.or(e.retry_cnt);
+        e.rnr_retry = a.rnr_retry.or(e.rnr_retry);
+    }
+
+    pub fn gid(&mut self, g: &GidInfo) {
+        self.addressing.gid(g);
+    }
+
+    pub fn table_row(&mut self, dev: &CompactString) {
+        self.addressing.table_row(dev);
+    }
+
+    /// A modify the kernel refused: kept when it carried an address vector (checked against
+    /// the GID table at the end).
+    pub fn modify_failed(&mut self, rec: &Record, key: &QpKey, a: &ModifyAttrs, ret: i32) {
+        let (Some(sgid_index), Some(dgid)) = (a.sgid_index, a.dgid) else {
+            return;
+        };
+        if self.failed_av.len() >= MAX_FAILED_AV {
+            return;
+        }
+        self.failed_av.push(FailedAv {
+            ts_ns: rec.ts_ns,
+            wall_ns: rec.wall_ns,
+            pid: rec.pid,
+            comm: rec.comm.clone(),
+            key: key.clone(),
+            sgid_index,
+            dgid,
+            ret,
+            transition: format!(
+                "{}->{}",
+                a.cur_state.map_or("?", |s| s.name()),
+                a.new_state.map_or("?", |s| s.name())
+            ),
+        });
+    }
+
+    pub fn wc_error(&mut self, rec: &Record, w: &WcError) {
+        let e = self.errors.entry(w.qp.clone()).or_default();
+        if is_flush(&w.status) {
+            e.flushed += 1;
+            return;
+        }
+        if e.first.is_none() && !e.torn_down {
+            e.first = Some(FirstError {
+                ts_ns: rec.ts_ns,
+                wall_ns: rec.wall_ns,
+                status: w.status.clone(),
+                cqn: w.cqn,
+                vendor_err: w.vendor_err,
+                pid: if w.owner_pid != 0 {
+                    w.owner_pid
+                } else {
+                    rec.pid
+                },
+                comm: if w.owner_pid != 0 {
+                    w.owner_comm.clone()
+                } else {
+                    rec.comm.clone()
+                },
+            });
+        } else {
+            *e.later.entry(w.status.clone()).or_default() += 1;
+        }
+    }
+
+    pub fn moved_to_err(&mut self, key: &QpKey, from: Option<QpState>, by_driver: bool) {
+        let e = self.errors.entry(key.clone()).or_default();
+        if by_driver {
+            e.driver_err = Some(from);
+        } else if e.first.is_none() {
+            e.torn_down = true;
+        }
+    }
+
+    /// Whether the QP's chain of errors started with a real error (its retransmits belong to
+    /// that fault).
+    pub fn errored(&self, key: &QpKey) -> bool {
+        self.errors.get(key).is_some_and(|e| e.first.is_some())
+    }
+
+    /// (pid, comm, kind, dev) of the diagnoses found since the last call, as known now: a
+    /// live agent's question. A QP's chain is named once, when its first error is seen.
+    pub fn fresh(
+        &mut self,
+        qps: &[QpLife],
+        traffic_measured: bool,
+    ) -> Vec<(u32, CompactString, &'static str, Option<CompactString>)> {
+        let mut out: Vec<_> = self.found[self.announced_found.min(self.found.len())..]
+            .iter()
+            .map(|d| (d.pid, d.comm.clone(), d.kind, d.dev.clone()))
+            .collect();
+        self.announced_found = self.found.len();
+        for f in &self.failed_av[self.announced_av.min(self.failed_av.len())..] {
+            if self
+                .addressing
+                .failed_av(&f.key.dev, f.sgid_index, &f.dgid)
+                .is_some()
+            {
+                out.push((
+                    f.pid,
+                    f.comm.clone(),
+                    "gid_mismatch",
+                    Some(f.key.dev.clone()),
+                ));
+            }
+        }
+        self.announced_av = self.failed_av.len();
+        for (key, e) in &self.errors {
+            let Some(first) = &e.first else { continue };
+            if self.announced_qps.contains(key) {
+                continue;
+            }
+            let life = qps.iter().rev().find(|q| &q.key == key);
+            let ctx = Context {
+                qps,
+                attrs: self.attrs.get(key).copied().unwrap_or_default(),
+                traffic_measured,
+                addressing: &self.addressing,
+            };
+            let d = diagnose(key, first, e, life, &ctx);
+            out.push((d.pid, d.comm, d.kind, d.dev));
+            self.announced_qps.insert(key.clone());
+        }
+        out
+    }
+
+    /// The diagnoses of the run: CQ overruns as they came, and one per QP whose chain of errors
+    /// started with a real error (not a flush), in time order.
+    pub fn finish(&self, qps: &[QpLife], traffic_measured: bool) -> Vec<Diagnosis> {
+        let mut out = self.found.clone();
+        for f in &self.failed_av {
+            let Some(found) = self.addressing.failed_av(&f.key.dev, f.sgid_index, &f.dgid) else {
+                continue;
+            };
+            let mut evidence = vec![format!(
+                "modify {} of QP {:#x} on {} failed: {}",
+                f.transition,
+                f.key.qpn,
+                f.key.dev,
+                crate::format::errno_text(f.ret)
+            )];
+            evidence.extend(found.evidence);
+            out.push(Diagnosis {
+                kind: "gid_mismatch",
+                ts_ns: f.ts_ns,
+                wall_ns: f.wall_ns,
+                pid: f.pid,
+                comm: f.comm.clone(),
+                dev: Some(f.key.dev.clone()),
+                qpn: Some(f.key.qpn),
+                cause: found.cause,
+                evidence,
+                fix: found.fix,
+                consequences: vec![format!("QP {:#x} never reached RTR", f.key.qpn)],
+            });
+        }
+        for (key, e) in &self.errors {
+            let Some(first) = &e.first else { continue };
+            let life = qps.iter().rev().find(|q| &q.key == key);
+            let attrs = self.attrs.get(key).copied().unwrap_or_default();
+            let ctx = Context {
+                qps,
+                attrs,
+                traffic_measured,
+                addressing: &self.addressing,
+            };
+            out.push(diagnose(key, first, e, life, &ctx));
+        }
+        out.sort_by_key(|d| d.ts_ns);
+        out
+    }
+}
+
+mod chain;
+mod resources;
+
+use chain::{diagnose, Context};
