@@ -204,6 +204,27 @@ impl Sampler {
         s
     }
 
+    /// Only the sysfs sources (port counters, states, GID tables) under `root`, laid out as
+    /// /sys/class/infiniband: a fixture tree in tests, or a copy of another host's.
+    pub fn from_sysfs(root: PathBuf) -> Sampler {
+        let mut s = Sampler {
+            tcp: None,
+            qps: None,
+            cqs: None,
+            counters_root: Some(root),
+            prev_tcp: HashMap::new(),
+            prev_qp: HashMap::new(),
+            prev_cq: HashMap::new(),
+            prev_counters: HashMap::new(),
+            netlink: None,
+            prev_ports: HashMap::new(),
+            prev_gids: HashMap::new(),
+            gids_read: None,
+        };
+        let _ = s.poll(0);
+        s
+    }
+
     /// Adds the rdma netlink sources (QP resource table, per-QP counters). They are not
     /// baselined: the first sample lists every QP that exists, so QPs older than the trace
     /// get an owner and a state.

@@ -318,12 +318,12 @@ fn lab_a_registration_over_the_memlock_limit_is_mr_reg_failed_with_the_limit() {
 fn lab_a_qp_deeper_than_the_device_allows_is_create_failed_with_the_limit() {
     in_lab();
     let (data, (pid, out, code)) = recorded("lab-create", || {
-        mover(&["--mib", "1", "--sq-depth", "1000000"], &[])
+        mover(&["--mib", "1", "--sq-depth", "4194304"], &[])
     });
     assert_ne!(code, Some(0), "{out}");
-    // "ibv_create_qp of depth 1000000 on rxe0 failed: Invalid argument"
+    // "ibv_create_qp of depth 4194304 on rxe0 failed: Invalid argument"
     assert!(
-        out.contains("ibv_create_qp of depth 1000000 on rxe0 failed"),
+        out.contains("ibv_create_qp of depth 4194304 on rxe0 failed"),
         "{out}"
     );
     let diags = diagnoses(&data);
@@ -347,7 +347,7 @@ fn lab_a_qp_deeper_than_the_device_allows_is_create_failed_with_the_limit() {
         .expect("max_qp_wr in ibv_devinfo -v");
     assert!(
         d["cause"].as_str().unwrap_or_default().contains(&format!(
-            "max_send_wr 1000000 above rxe0's max_qp_wr {max_qp_wr}"
+            "max_send_wr 4194304 above rxe0's max_qp_wr {max_qp_wr}"
         )),
         "{d:#}"
     );

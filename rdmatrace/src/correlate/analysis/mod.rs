@@ -9,6 +9,7 @@
 pub mod addressing;
 pub mod anomalies;
 pub mod blame;
+pub mod counters;
 pub mod diagnosis;
 pub mod fabric;
 pub mod qps;
@@ -69,6 +70,8 @@ pub struct Analyzer {
     events: u64,
     lost: u64,
     lost_per_cpu: BTreeMap<u32, u64>,
+    /// Every port counter's total over the run (read as causes at the end).
+    counter_totals: counters::Totals,
     /// (pid, kind) of the process diagnoses [`Analyzer::fresh_diagnoses`] returned.
     announced_procs: rustc_hash::FxHashSet<(u32, &'static str)>,
 }
@@ -318,8 +321,14 @@ impl Analyzer {
                 }
                 self.blame.qp_counter(c, pid, comm);
             }
-            Body::Counter(c) if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) => {
-                self.blame.port_counter(c);
+            Body::Counter(c) => {
+                if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) {
+                    self.blame.port_counter(c);
+                }
+                *self
+                    .counter_totals
+                    .entry((c.dev.clone(), c.port, c.name.clone()))
+                    .or_default() += c.delta;
             }
             Body::Port(p) => self.anomalies.port(rec, p),
             Body::Gid(g) => self.diag.gid(g),
@@ -456,6 +465,12 @@ impl Analyzer {
             self.last_wall_ns,
             &mut diagnoses,
         );
+        counters::interpret(
+            &self.counter_totals,
+            &self.book.qps,
+            self.last_wall_ns,
+            &mut diagnoses,
+        );
         let mut anomalies = self.anomalies.list;
         anomalies.sort_by_key(|a| a.ts_ns);
         Report {
@@ -476,6 +491,8 @@ impl Analyzer {
 
 #[cfg(test)]
 mod addressing_tests;
+#[cfg(test)]
+mod counters_tests;
 #[cfg(test)]
 mod diagnosis_tests;
 #[cfg(test)]

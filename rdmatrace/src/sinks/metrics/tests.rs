@@ -191,7 +191,11 @@ fn diagnoses_are_counted_once_when_found_live() {
     };
     feed(&mut sink, &mut st, record(7, "trainer", 1, create));
     for (ts, s) in [(2, QpState::Init), (3, QpState::Rtr), (4, QpState::Rts)] {
-        feed(&mut sink, &mut st, record(7, "trainer", ts, modify("rxe0", 0x11, s, 0)));
+        feed(
+            &mut sink,
+            &mut st,
+            record(7, "trainer", ts, modify("rxe0", 0x11, s, 0)),
+        );
     }
     let wc = |status: &str| {
         Body::WcError(crate::event::WcError {
