@@ -17,6 +17,9 @@ pub struct Gid {
     pub netdev: String,
 }
 
+/// Empty entries in a row after which the rest of a table is taken as empty.
+pub const MAX_EMPTY_RUN: u32 = 32;
+
 /// `fe80:0000:0000:0000:0202:c9ff:fe00:0001` -> bytes.
 pub fn parse_gid(text: &str) -> Option<[u8; 16]> {
     let groups: Vec<&str> = text.trim().split(':').collect();
@@ -59,17 +62,27 @@ pub fn read_gids(ib_root: &Path) -> Vec<Gid> {
             let Ok(entries) = std::fs::read_dir(pp.join("gids")) else {
                 continue;
             };
-            for e in entries.filter_map(Result::ok) {
-                let Ok(index) = e.file_name().to_string_lossy().parse::<u32>() else {
-                    continue;
-                };
-                let Some(gid) = std::fs::read_to_string(e.path())
+            // In index order, stopping after a run of empty entries: rxe lists 1024 entries
+            // and fills the first few; every read is a driver call.
+            let mut indexes: Vec<u32> = entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+                .collect();
+            indexes.sort_unstable();
+            let mut empty_run = 0;
+            for index in indexes {
+                if empty_run >= MAX_EMPTY_RUN {
+                    break;
+                }
+                let Some(gid) = std::fs::read_to_string(pp.join("gids").join(index.to_string()))
                     .ok()
                     .and_then(|t| parse_gid(&t))
                     .filter(|g| *g != [0; 16])
                 else {
+                    empty_run += 1;
                     continue;
                 };
+                empty_run = 0;
                 let attr = |what: &str| {
                     std::fs::read_to_string(pp.join("gid_attrs").join(what).join(index.to_string()))
                         .map(|s| s.trim().to_string())

@@ -50,8 +50,9 @@ fn gid_sample(g: &crate::gids::Gid, deleted: bool, ts_ns: u64) -> GidSample {
     }
 }
 
-/// GID tables are read at most this often (a ConnectX port lists 255 entries).
-const GID_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+/// GID tables are read at most this often, and when a port changed (every entry read is a
+/// driver call).
+const GID_PERIOD: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One port counter file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -356,6 +357,8 @@ impl Sampler {
                 }
                 out.push(pod_bytes(&port_sample(&p, ts_ns)));
                 self.prev_ports.insert(key, p);
+                // A port that came up or changed may have new addresses.
+                self.gids_read = None;
             }
         }
         if let (Some(root), true) = (self.counters_root.clone(), ts_ns != 0) {

@@ -186,8 +186,10 @@ fn lab_a_transport_variable_that_turns_rdma_off_is_named_and_no_other_variable_i
     // the workload's own switch); NCCL_IB_DISABLE=1 is in its environment, as in a job that
     // was told not to use RDMA. A secret beside it must not be read into the recording.
     let secret = "rdmatrace-lab-secret-4711";
+    // It lives on for a while after its transfer, as a job does: a process gone before the
+    // tracer reads its first record has no variables to read.
     let (fb_pid, fb_out, code) = mover(
-        &["--mib", "8"],
+        &["--mib", "8", "--linger-secs", "3"],
         &[
             ("RT_TRANSPORT", "tcp"),
             ("NCCL_IB_DISABLE", "1"),
@@ -213,11 +215,22 @@ fn lab_a_transport_variable_that_turns_rdma_off_is_named_and_no_other_variable_i
             .unwrap_or_else(|| panic!("{pid} not in {procs:#?}"))
     };
     assert_eq!(proc_of(fb_pid)["verdict"], json!("tcp_fallback"));
+    let first_records = |pid: u32| {
+        let t = run(&["trace", "--input", path, "--json"]);
+        t.stdout
+            .lines()
+            .filter(|l| l.contains(&format!("\"pid\":{pid},")))
+            .take(4)
+            .map(|l| l.chars().take(200).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert_eq!(
         proc_of(fb_pid)["transport_env"],
         json!({"NCCL_IB_DISABLE": "1"}),
-        "{:#}",
-        proc_of(fb_pid)
+        "{:#}\nits first records:\n{}",
+        proc_of(fb_pid),
+        first_records(fb_pid)
     );
     assert_eq!(proc_of(ok_pid)["verdict"], json!("rdma"));
     assert_eq!(

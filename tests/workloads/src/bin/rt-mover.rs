@@ -146,6 +146,8 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         let _ = sqp.modify_to_init();
         let got = tcp_transfer(&o.from, &o.to, total)?;
         println!("rt-mover: moved {got} bytes");
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(o.linger);
         return Ok(std::process::ExitCode::SUCCESS);
     }
 
