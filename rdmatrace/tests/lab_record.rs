@@ -108,6 +108,11 @@ fn lab_verbs_flamegraph_names_the_workload_code_that_creates_and_modifies_qps() 
         mover.to_str().expect("utf8"),
         "--mib",
         "2",
+        // Frames are named from a live process's maps (README): the mover lives on a second
+        // after its transfer, as a job does, so a tracer that lags behind under emulation
+        // still finds it.
+        "--linger-secs",
+        "1",
     ]);
     assert!(
         rec.status.success(),
