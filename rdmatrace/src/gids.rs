@@ -46,57 +46,44 @@ fn gid_type(text: &str) -> u32 {
 /// sorted by device, port and index. Empty (all-zero) entries are left out.
 pub fn read_gids(ib_root: &Path) -> Vec<Gid> {
     let mut out = Vec::new();
-    let Ok(devs) = std::fs::read_dir(ib_root) else {
-        return out;
-    };
-    for dev in devs.filter_map(Result::ok) {
-        let name = dev.file_name().to_string_lossy().into_owned();
-        let Ok(ports) = std::fs::read_dir(dev.path().join("ports")) else {
+    for (name, port, pp) in crate::ports::port_dirs(ib_root) {
+        let Ok(entries) = std::fs::read_dir(pp.join("gids")) else {
             continue;
         };
-        for p in ports.filter_map(Result::ok) {
-            let Ok(port) = p.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let pp = p.path();
-            let Ok(entries) = std::fs::read_dir(pp.join("gids")) else {
-                continue;
-            };
-            // In index order, stopping after a run of empty entries: rxe lists 1024 entries
-            // and fills the first few; every read is a driver call.
-            let mut indexes: Vec<u32> = entries
-                .filter_map(Result::ok)
-                .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-                .collect();
-            indexes.sort_unstable();
-            let mut empty_run = 0;
-            for index in indexes {
-                if empty_run >= MAX_EMPTY_RUN {
-                    break;
-                }
-                let Some(gid) = std::fs::read_to_string(pp.join("gids").join(index.to_string()))
-                    .ok()
-                    .and_then(|t| parse_gid(&t))
-                    .filter(|g| *g != [0; 16])
-                else {
-                    empty_run += 1;
-                    continue;
-                };
-                empty_run = 0;
-                let attr = |what: &str| {
-                    std::fs::read_to_string(pp.join("gid_attrs").join(what).join(index.to_string()))
-                        .map(|s| s.trim().to_string())
-                        .unwrap_or_default()
-                };
-                out.push(Gid {
-                    dev: name.clone(),
-                    port,
-                    index,
-                    gid,
-                    gid_type: gid_type(&attr("types")),
-                    netdev: attr("ndevs"),
-                });
+        // In index order, stopping after a run of empty entries: rxe lists 1024 entries
+        // and fills the first few; every read is a driver call.
+        let mut indexes: Vec<u32> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+            .collect();
+        indexes.sort_unstable();
+        let mut empty_run = 0;
+        for index in indexes {
+            if empty_run >= MAX_EMPTY_RUN {
+                break;
             }
+            let Some(gid) = std::fs::read_to_string(pp.join("gids").join(index.to_string()))
+                .ok()
+                .and_then(|t| parse_gid(&t))
+                .filter(|g| *g != [0; 16])
+            else {
+                empty_run += 1;
+                continue;
+            };
+            empty_run = 0;
+            let attr = |what: &str| {
+                std::fs::read_to_string(pp.join("gid_attrs").join(what).join(index.to_string()))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default()
+            };
+            out.push(Gid {
+                dev: name.clone(),
+                port,
+                index,
+                gid,
+                gid_type: gid_type(&attr("types")),
+                netdev: attr("ndevs"),
+            });
         }
     }
     out.sort_by(|a, b| (&a.dev, a.port, a.index).cmp(&(&b.dev, b.port, b.index)));

@@ -35,9 +35,9 @@ fn read(p: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// Every port under `ib_root` (normally /sys/class/infiniband), netdevs under `net_root`
-/// (normally /sys/class/net).
-pub fn read_ports(ib_root: &Path, net_root: &Path) -> Vec<Port> {
+/// (device, port number, the port's sysfs directory) of every port under `ib_root` (laid out
+/// as /sys/class/infiniband), in directory order.
+pub fn port_dirs(ib_root: &Path) -> Vec<(String, u32, std::path::PathBuf)> {
     let mut out = Vec::new();
     let Ok(devs) = std::fs::read_dir(ib_root) else {
         return out;
@@ -48,38 +48,46 @@ pub fn read_ports(ib_root: &Path, net_root: &Path) -> Vec<Port> {
             continue;
         };
         for p in ports.filter_map(Result::ok) {
-            let Ok(port) = p.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let pp = p.path();
-            // "4: ACTIVE"
-            let state = read(&pp.join("state"))
-                .and_then(|s| s.split(':').next().and_then(|n| n.trim().parse().ok()))
-                .unwrap_or(0);
-            let link_layer = read(&pp.join("link_layer")).unwrap_or_default();
-            let netdev = read(&pp.join("gid_attrs/ndevs/0")).unwrap_or_default();
-            let netdev_mtu = if netdev.is_empty() {
-                0
-            } else {
-                read(&net_root.join(&netdev).join("mtu"))
-                    .and_then(|m| m.parse().ok())
-                    .unwrap_or(0)
-            };
-            let active_mtu = if link_layer == "Ethernet" {
-                roce_active_mtu(netdev_mtu)
-            } else {
-                0
-            };
-            out.push(Port {
-                dev: name.clone(),
-                port,
-                state,
-                link_layer,
-                netdev,
-                netdev_mtu,
-                active_mtu,
-            });
+            if let Ok(port) = p.file_name().to_string_lossy().parse::<u32>() {
+                out.push((name.clone(), port, p.path()));
+            }
         }
+    }
+    out
+}
+
+/// Every port under `ib_root` (normally /sys/class/infiniband), netdevs under `net_root`
+/// (normally /sys/class/net).
+pub fn read_ports(ib_root: &Path, net_root: &Path) -> Vec<Port> {
+    let mut out = Vec::new();
+    for (name, port, pp) in port_dirs(ib_root) {
+        // "4: ACTIVE"
+        let state = read(&pp.join("state"))
+            .and_then(|s| s.split(':').next().and_then(|n| n.trim().parse().ok()))
+            .unwrap_or(0);
+        let link_layer = read(&pp.join("link_layer")).unwrap_or_default();
+        let netdev = read(&pp.join("gid_attrs/ndevs/0")).unwrap_or_default();
+        let netdev_mtu = if netdev.is_empty() {
+            0
+        } else {
+            read(&net_root.join(&netdev).join("mtu"))
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0)
+        };
+        let active_mtu = if link_layer == "Ethernet" {
+            roce_active_mtu(netdev_mtu)
+        } else {
+            0
+        };
+        out.push(Port {
+            dev: name.clone(),
+            port,
+            state,
+            link_layer,
+            netdev,
+            netdev_mtu,
+            active_mtu,
+        });
     }
     out.sort_by(|a, b| (&a.dev, a.port).cmp(&(&b.dev, b.port)));
     out

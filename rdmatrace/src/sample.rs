@@ -186,6 +186,16 @@ impl Sampler {
             .ebpf
             .take_map("CQ_NOTIFY")
             .and_then(|m| PerCpuHashMap::try_from(m).ok());
+        Sampler::with_sources(tcp, qps, cqs, counters_root)
+    }
+
+    /// A sampler of these sources, baselined: it reports what happens from now on.
+    fn with_sources(
+        tcp: Option<PerCpuHashMap<MapData, TcpPeerKey, TcpBytes>>,
+        qps: Option<PerCpuHashMap<MapData, u64, QpTraffic>>,
+        cqs: Option<PerCpuHashMap<MapData, u64, CqNotify>>,
+        counters_root: Option<PathBuf>,
+    ) -> Sampler {
         let mut s = Sampler {
             tcp,
             qps,
@@ -208,22 +218,7 @@ impl Sampler {
     /// Only the sysfs sources (port counters, states, GID tables) under `root`, laid out as
     /// /sys/class/infiniband: a fixture tree in tests, or a copy of another host's.
     pub fn from_sysfs(root: PathBuf) -> Sampler {
-        let mut s = Sampler {
-            tcp: None,
-            qps: None,
-            cqs: None,
-            counters_root: Some(root),
-            prev_tcp: HashMap::new(),
-            prev_qp: HashMap::new(),
-            prev_cq: HashMap::new(),
-            prev_counters: HashMap::new(),
-            netlink: None,
-            prev_ports: HashMap::new(),
-            prev_gids: HashMap::new(),
-            gids_read: None,
-        };
-        let _ = s.poll(0);
-        s
+        Sampler::with_sources(None, None, None, Some(root))
     }
 
     /// Adds the rdma netlink sources (QP resource table, per-QP counters). They are not

@@ -45,15 +45,14 @@ fn remember_owner(sk: u64) {
 pub fn tcp_sendmsg_owner(ctx: ProbeContext) -> u32 {
     if let Some(sk) = regs::arg_at(&ctx, 0) {
         remember_owner(sk);
-        // For the return probe that counts bytes before 6.3.
-        let _ = PENDING_TCP_SK.insert(bpf_get_current_pid_tgid(), sk, 0);
     }
     0
 }
 
-/// `tcp_recvmsg(sk, ...)` entry, before 6.3: the socket for the return probe.
+/// `tcp_sendmsg(sk, ...)` / `tcp_recvmsg(sk, ...)` entry, before 6.3 only: the socket for the
+/// return probe that counts the bytes.
 #[kprobe]
-pub fn tcp_recvmsg_sk(ctx: ProbeContext) -> u32 {
+pub fn tcp_msg_sk(ctx: ProbeContext) -> u32 {
     if let Some(sk) = regs::arg_at(&ctx, 0) {
         let _ = PENDING_TCP_SK.insert(bpf_get_current_pid_tgid(), sk, 0);
     }

@@ -47,14 +47,22 @@ pub const AREA: Area = Area {
             role: Role::InsteadOf("tcp_send_bytes"),
         },
         ProbeSpec {
-            program: "tcp_recvmsg_sk",
-            hook: Hook::Kprobe,
+            program: "tcp_recv_bytes_ret",
+            hook: Hook::Kretprobe,
             target: "tcp_recvmsg",
             role: Role::InsteadOf("tcp_recv_bytes"),
         },
+        // Their sockets, for the return probes (listed last: the return probes are what a
+        // report names as standing in).
         ProbeSpec {
-            program: "tcp_recv_bytes_ret",
-            hook: Hook::Kretprobe,
+            program: "tcp_msg_sk",
+            hook: Hook::Kprobe,
+            target: "tcp_sendmsg",
+            role: Role::InsteadOf("tcp_send_bytes"),
+        },
+        ProbeSpec {
+            program: "tcp_msg_sk",
+            hook: Hook::Kprobe,
             target: "tcp_recvmsg",
             role: Role::InsteadOf("tcp_recv_bytes"),
         },

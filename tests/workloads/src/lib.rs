@@ -348,8 +348,8 @@ impl Qp {
         Ok(())
     }
 
-    /// Posts a signaled RDMA WRITE of `len` bytes at `local` (registered as `mr`) to the
-    /// peer's buffer at `offset`.
+    /// Posts a signaled RDMA WRITE of `local` (registered as `mr`) to the peer's buffer at
+    /// `offset`.
     pub fn post_write(
         &self,
         wr_id: u64,
@@ -357,6 +357,34 @@ impl Qp {
         local: &[u8],
         peer: &Endpoint,
         offset: u64,
+    ) -> anyhow::Result<()> {
+        let target = rdma_t {
+            remote_addr: peer.addr + offset,
+            rkey: peer.rkey,
+        };
+        self.post(
+            wr_id,
+            mr,
+            local,
+            ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            Some(target),
+        )
+    }
+
+    /// Posts a signaled SEND of `local` (registered as `mr`): it consumes a receive the peer
+    /// posted.
+    pub fn post_send(&self, wr_id: u64, mr: &Mr, local: &[u8]) -> anyhow::Result<()> {
+        self.post(wr_id, mr, local, ibv_wr_opcode::IBV_WR_SEND, None)
+    }
+
+    /// One signaled work request of one SGE (`local`, registered as `mr`).
+    fn post(
+        &self,
+        wr_id: u64,
+        mr: &Mr,
+        local: &[u8],
+        opcode: ibv_wr_opcode::Type,
+        rdma: Option<rdma_t>,
     ) -> anyhow::Result<()> {
         let mut sge = ibv_sge {
             addr: local.as_ptr() as u64,
@@ -368,36 +396,11 @@ impl Qp {
         wr.wr_id = wr_id;
         wr.sg_list = &mut sge;
         wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        wr.opcode = opcode;
         wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-        wr.wr.rdma = rdma_t {
-            remote_addr: peer.addr + offset,
-            rkey: peer.rkey,
-        };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: qp is live; wr and sge outlive the call; the MR covers `local`.
-        let rc = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };
-        if rc != 0 {
-            bail!("ibv_post_send: errno {rc}");
+        if let Some(r) = rdma {
+            wr.wr.rdma = r;
         }
-        Ok(())
-    }
-
-    /// Posts a signaled SEND of `local` (registered as `mr`): it consumes a receive the peer
-    /// posted.
-    pub fn post_send(&self, wr_id: u64, mr: &Mr, local: &[u8]) -> anyhow::Result<()> {
-        let mut sge = ibv_sge {
-            addr: local.as_ptr() as u64,
-            length: local.len() as u32,
-            lkey: mr.lkey(),
-        };
-        // SAFETY: all-zero is valid for this C struct (null `next`, no inline data).
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
         let mut bad = std::ptr::null_mut();
         // SAFETY: qp is live; wr and sge outlive the call; the MR covers `local`.
         let rc = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };
