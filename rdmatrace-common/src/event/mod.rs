@@ -4,8 +4,12 @@
 //! multiple of 8 (the ring buffer aligns records to 8 bytes). Integers instead of `bool`/enums so
 //! that any bit pattern is a valid value; user space validates when it decodes.
 
+mod failure;
 mod sample;
+mod stack;
+pub use failure::*;
 pub use sample::*;
+pub use stack::*;
 
 use crate::limits::{COMM_LEN, DEV_NAME_LEN, GID_LEN};
 
@@ -157,28 +161,6 @@ pub struct QpCreateEvent {
 }
 const _: () = assert!(core::mem::size_of::<QpCreateEvent>() == 120);
 
-/// Sent after a failed `ib_create_qp_user()`: the capacities asked (`init_attr->cap`) and the
-/// device's limits (`device->attrs`); 0 where a field could not be read.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpCapsEvent {
-    pub header: EventHeader,
-    pub dev: [u8; DEV_NAME_LEN],
-    /// The negative errno of the failed create.
-    pub ret: i32,
-    pub qp_type: u32,
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-    /// `attrs.max_qp_wr`, `attrs.max_send_sge`, `attrs.max_recv_sge` of the device.
-    pub dev_max_qp_wr: u32,
-    pub dev_max_send_sge: u32,
-    pub dev_max_recv_sge: u32,
-}
-const _: () = assert!(core::mem::size_of::<QpCapsEvent>() == 40 + 64 + 8 + 32);
-
 /// `ib_modify_qp_with_udata()` returned.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,25 +196,6 @@ pub struct QpModifyEvent {
 const _: () = assert!(core::mem::size_of::<QpModifyEvent>() == 168);
 /// [`QpModifyEvent::av_flags`]: `sgid_index` holds the source GID index.
 pub const AV_SGID_INDEX: u8 = 1;
-
-/// `ib_umem_get()` failed: user memory of an MR (or, for some drivers, a queue buffer) could
-/// not be pinned. Sent from the calling process's context.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UmemFailedEvent {
-    pub header: EventHeader,
-    pub dev: [u8; DEV_NAME_LEN],
-    /// The negative errno.
-    pub ret: i32,
-    pub _pad: u32,
-    /// Bytes asked to pin.
-    pub size: u64,
-    /// The caller's `RLIMIT_MEMLOCK` soft limit in bytes (`u64::MAX`: unlimited or unread).
-    pub memlock: u64,
-    /// Pages its address space had pinned already (`mm->pinned_vm`; `u64::MAX`: unread).
-    pub pinned_pages: u64,
-}
-const _: () = assert!(core::mem::size_of::<UmemFailedEvent>() == 40 + 64 + 8 + 24);
 
 /// `ib_destroy_qp_user()` returned.
 #[repr(C)]
@@ -486,95 +449,6 @@ pub struct CmEvent {
     pub dst_addr: [u8; GID_LEN],
 }
 const _: () = assert!(core::mem::size_of::<CmEvent>() == 40 + 72 + 16 + 16 + 8 + 32);
-
-/// Frames kept per stack (user or kernel). Deeper stacks are cut at the outermost frames.
-pub const STACK_DEPTH: usize = 32;
-
-/// The verbs calls rdmatrace probes, by [`VerbsCallEvent::func`] (the attach cookie).
-/// Control path only: never a per-work-request call such as `ibv_post_send` or `ibv_poll_cq`.
-pub mod verbs_func {
-    pub const IBV_GET_DEVICE_LIST: u32 = 1;
-    pub const IBV_OPEN_DEVICE: u32 = 2;
-    pub const IBV_ALLOC_PD: u32 = 3;
-    pub const IBV_CREATE_CQ: u32 = 4;
-    pub const IBV_CREATE_QP: u32 = 5;
-    pub const IBV_MODIFY_QP: u32 = 6;
-    pub const IBV_DESTROY_QP: u32 = 7;
-    /// Probed at `ibv_reg_mr_iova2`, where `ibv_reg_mr`, `ibv_reg_mr_iova` and the header's
-    /// inline `ibv_reg_mr` all end up: one registration is one call.
-    pub const IBV_REG_MR: u32 = 8;
-    pub const IBV_DEREG_MR: u32 = 9;
-    pub const RDMA_CREATE_ID: u32 = 10;
-    pub const RDMA_RESOLVE_ADDR: u32 = 11;
-    pub const RDMA_RESOLVE_ROUTE: u32 = 12;
-    pub const RDMA_CREATE_QP: u32 = 13;
-    pub const RDMA_CONNECT: u32 = 14;
-    pub const RDMA_LISTEN: u32 = 15;
-    pub const RDMA_ACCEPT: u32 = 16;
-    pub const RDMA_DISCONNECT: u32 = 17;
-
-    /// (id, name shown in output).
-    pub const NAMES: [(u32, &str); 17] = [
-        (IBV_GET_DEVICE_LIST, "ibv_get_device_list"),
-        (IBV_OPEN_DEVICE, "ibv_open_device"),
-        (IBV_ALLOC_PD, "ibv_alloc_pd"),
-        (IBV_CREATE_CQ, "ibv_create_cq"),
-        (IBV_CREATE_QP, "ibv_create_qp"),
-        (IBV_MODIFY_QP, "ibv_modify_qp"),
-        (IBV_DESTROY_QP, "ibv_destroy_qp"),
-        (IBV_REG_MR, "ibv_reg_mr"),
-        (IBV_DEREG_MR, "ibv_dereg_mr"),
-        (RDMA_CREATE_ID, "rdma_create_id"),
-        (RDMA_RESOLVE_ADDR, "rdma_resolve_addr"),
-        (RDMA_RESOLVE_ROUTE, "rdma_resolve_route"),
-        (RDMA_CREATE_QP, "rdma_create_qp"),
-        (RDMA_CONNECT, "rdma_connect"),
-        (RDMA_LISTEN, "rdma_listen"),
-        (RDMA_ACCEPT, "rdma_accept"),
-        (RDMA_DISCONNECT, "rdma_disconnect"),
-    ];
-
-    pub fn name(id: u32) -> Option<&'static str> {
-        let mut i = 0;
-        while i < NAMES.len() {
-            if NAMES[i].0 == id {
-                return Some(NAMES[i].1);
-            }
-            i += 1;
-        }
-        None
-    }
-}
-
-/// A control-path verbs call (uprobe at the function's entry) and the caller's user stack.
-/// Sized once (fixed depth, explicit length) so the kernel writes it straight into the ring
-/// buffer.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VerbsCallEvent {
-    pub header: EventHeader,
-    /// One of [`verbs_func`].
-    pub func: u32,
-    /// Valid entries of `ips`, innermost first: `ips[0]` is the probed function's entry,
-    /// `ips[1]` the return address into its caller, then the frame-pointer chain.
-    pub frames: u32,
-    pub ips: [u64; STACK_DEPTH],
-}
-const _: () = assert!(core::mem::size_of::<VerbsCallEvent>() == 40 + 8 + 8 * STACK_DEPTH);
-
-/// One on-CPU sample (perf event, software CPU clock) of a traced process.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CpuSampleEvent {
-    pub header: EventHeader,
-    /// Valid entries of `user_ips` / `kernel_ips`, innermost first (0: none, e.g. a sample
-    /// taken in user mode has no kernel stack).
-    pub user_frames: u32,
-    pub kernel_frames: u32,
-    pub user_ips: [u64; STACK_DEPTH],
-    pub kernel_ips: [u64; STACK_DEPTH],
-}
-const _: () = assert!(core::mem::size_of::<CpuSampleEvent>() == 40 + 8 + 16 * STACK_DEPTH);
 
 /// Value of a state field that the caller did not set.
 pub const STATE_UNKNOWN: u32 = u32::MAX;
