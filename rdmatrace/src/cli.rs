@@ -145,9 +145,7 @@ impl TopArgs {
             iterations: self.iterations,
             batch: self.batch,
             max_procs: self.max_processes.max(1),
-            ringbuf_bytes: self.probe.ringbuf_size,
-            btf_dir: self.probe.btf_dir.clone(),
-            bind_qp_counters: self.probe.bind_qp_counters,
+            probing: self.probe.to_probing(),
         })
     }
 }
@@ -190,9 +188,7 @@ impl VerdictArgs {
             duration: duration(self.duration)?,
             command: self.command.clone(),
             json: self.output.json(),
-            ringbuf_bytes: self.probe.ringbuf_size,
-            btf_dir: self.probe.btf_dir.clone(),
-            bind_qp_counters: self.probe.bind_qp_counters,
+            probing: self.probe.to_probing(),
         })
     }
 }
@@ -222,9 +218,7 @@ impl RecordArgs {
             pid: self.pid,
             place: self.place.filter(),
             command: self.command.clone(),
-            ringbuf_bytes: self.probe.ringbuf_size,
-            btf_dir: self.probe.btf_dir.clone(),
-            bind_qp_counters: self.probe.bind_qp_counters,
+            probing: self.probe.to_probing(),
             cpu_hz: self.cpu_profile.then_some(self.cpu_hz),
         })
     }
@@ -311,6 +305,31 @@ pub struct ProbeArgs {
     /// changes.
     #[arg(long)]
     pub bind_qp_counters: bool,
+    /// Switch a probe area off (repeatable): `rxe` stands in for hardware whose data path the
+    /// kernel does not see (RDMA bytes are then estimated from port counters). The areas are
+    /// listed in docs/cli.md; `doctor` shows each probe with its area.
+    #[arg(long = "no-probe", value_name = "AREA", value_parser = parse_area)]
+    pub no_probe: Vec<String>,
+}
+
+impl ProbeArgs {
+    pub fn to_probing(&self) -> crate::config::Probing {
+        crate::config::Probing {
+            ringbuf_bytes: self.ringbuf_size,
+            btf_dir: self.btf_dir.clone(),
+            bind_qp_counters: self.bind_qp_counters,
+            no_probe: self.no_probe.clone(),
+        }
+    }
+}
+
+fn parse_area(s: &str) -> Result<String, String> {
+    let names = crate::loader::area_names();
+    if names.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("no probe area {s:?}; the areas are: {}", names.join(", ")))
+    }
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {
@@ -354,9 +373,7 @@ impl TraceArgs {
                 Format::Text
             },
             duration,
-            ringbuf_bytes: self.probe.ringbuf_size,
-            btf_dir: self.probe.btf_dir.clone(),
-            bind_qp_counters: self.probe.bind_qp_counters,
+            probing: self.probe.to_probing(),
         })
     }
 }
@@ -429,9 +446,7 @@ impl ServeArgs {
                     max_disk: self.max_disk,
                     burst: self.burst.max(1),
                 }),
-            ringbuf_bytes: self.probe.ringbuf_size,
-            btf_dir: self.probe.btf_dir.clone(),
-            bind_qp_counters: self.probe.bind_qp_counters,
+            probing: self.probe.to_probing(),
         })
     }
 }

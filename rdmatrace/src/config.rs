@@ -15,8 +15,16 @@ pub struct TraceConfig {
     pub filter: Filter,
     pub format: Format,
     pub duration: Option<Duration>,
+    pub probing: Probing,
+}
+
+/// How every live command loads the probes (`ProbeArgs`).
+#[derive(Clone, Debug)]
+pub struct Probing {
     pub ringbuf_bytes: u32,
     pub btf_dir: PathBuf,
     /// Bind per-QP counters over rdma netlink (undone at exit).
     pub bind_qp_counters: bool,
+    /// Probe areas switched off (`--no-probe AREA`).
+    pub no_probe: Vec<String>,
 }

@@ -140,3 +140,25 @@ mod tests {
         );
     }
 }
+
+/// The direction a port traffic counter counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrafficDir {
+    Tx,
+    Rx,
+}
+
+/// What a port traffic counter counts: its direction, and how many bytes one unit is (`None`:
+/// it counts packets). The IB port counters count data in 4-byte words (`port_xmit_data`) and
+/// packets; rxe's `hw_counters` packets; bnxt_re's `hw_counters` bytes and packets.
+pub fn traffic_counter(name: &str) -> Option<(TrafficDir, Option<u64>)> {
+    Some(match name {
+        "port_xmit_data" => (TrafficDir::Tx, Some(4)),
+        "port_rcv_data" => (TrafficDir::Rx, Some(4)),
+        "tx_bytes" => (TrafficDir::Tx, Some(1)),
+        "rx_bytes" => (TrafficDir::Rx, Some(1)),
+        "port_xmit_packets" | "sent_pkts" | "tx_pkts" => (TrafficDir::Tx, None),
+        "port_rcv_packets" | "rcvd_pkts" | "rx_pkts" => (TrafficDir::Rx, None),
+        _ => return None,
+    })
+}

@@ -115,6 +115,9 @@ pub struct Sampler {
     prev_ports: HashMap<(String, u32), crate::ports::Port>,
     prev_gids: HashMap<(String, u32, u32), crate::gids::Gid>,
     gids_read: Option<std::time::Instant>,
+    /// The traffic counters were reported once (the first sample lists them unchanged too, so
+    /// that a report knows which devices' traffic was counted).
+    traffic_announced: bool,
 }
 
 fn sum_tcp(per_cpu: impl Iterator<Item = TcpBytes>) -> Option<TcpBytes> {
@@ -209,6 +212,7 @@ impl Sampler {
             prev_ports: HashMap::new(),
             prev_gids: HashMap::new(),
             gids_read: None,
+            traffic_announced: false,
         };
         // Baselines: report what happens from now on, not since boot.
         let _ = s.poll(0);
@@ -363,10 +367,13 @@ impl Sampler {
             }
         }
         if let Some(root) = &self.counters_root {
+            let announce = !self.traffic_announced && ts_ns != 0;
+            self.traffic_announced |= announce;
             for (key, value) in read_counters(root) {
                 let prev = self.prev_counters.insert(key.clone(), value);
                 let Some(prev) = prev else { continue };
-                if value != prev && ts_ns != 0 {
+                let traffic = crate::ports::traffic_counter(&key.name).is_some();
+                if (value != prev || (announce && traffic)) && ts_ns != 0 {
                     let sample = CounterSample {
                         header: header(EventKind::Counter, ts_ns, 0, [0; 16]),
                         dev: fixed::<DEV_NAME_LEN>(&key.dev),

@@ -317,3 +317,111 @@ fn lab_tcp_beside_an_rdma_job_is_side_traffic_unless_it_goes_to_the_qps_peers() 
     assert_eq!(on_path["verdict"], json!("mixed"), "{on_path:#}");
     assert_eq!(on_path["tcp_side_bytes"], json!(0), "{on_path:#}");
 }
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_without_rxe_traffic_probes_verdicts_come_from_port_counters_marked_estimated() {
+    in_lab();
+    // `--no-probe rxe` stands in for hardware: the driver's data path is not seen, so no
+    // per-QP traffic; the port counters (rxe's sent_pkts/rcvd_pkts) are shared among the
+    // processes with connected QPs.
+    let dir = test_dir("lab-no-probe-rxe");
+    let file = dir.path().join("estimated.rdmt");
+    let path = file.to_str().expect("utf8");
+    let recorder = start(&["record", "-o", path, "--no-probe", "rxe"], READY_TIMEOUT);
+    let watcher = start(&["verdict", "--json", "--no-probe", "rxe"], READY_TIMEOUT);
+
+    // 1. 16 MiB over RC.
+    let (rdma_pid, out, code) = mover(&["--mib", "16"], &[]);
+    assert_eq!(code, Some(0), "{out}");
+    // Scenarios apart by more than a sample interval, so none shares another's packets.
+    sleep(Duration::from_secs(4));
+    // 2. QPs connected (RTR/RTS), and then 8 MiB over TCP to the QPs' peer address, nothing
+    // over RDMA: zero packets on the port says it fell back (without the counters it would
+    // be `mixed`, RDMA bytes unknown).
+    let (fb_pid, out, code) = mover(
+        &["--mib", "0", "--side-tcp-mib", "8", "--side-tcp-to", "192.0.2.2"],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    sleep(Duration::from_secs(4));
+    // 3. perftest, a program of its own, on both devices.
+    let args = ["-x", "1", "-F", "-s", "65536", "-n", "200"];
+    let server = Command::new("ib_write_bw")
+        .args(["-d", "rxe1"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server");
+    let spid = server.id();
+    let (cpid, _) = client_until_ok(
+        "ib_write_bw",
+        &[&["-d", "rxe0"][..], &args[..], &["192.0.2.2"]].concat(),
+        |_| true,
+    );
+    let _ = server.wait_with_output();
+    sleep(Duration::from_millis(2500)); // a sample tick
+
+    let out = watcher.stop();
+    assert!(
+        out.stderr.contains("switched off (--no-probe)"),
+        "the probes switched off are announced: {}",
+        out.stderr
+    );
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let live = verdicts(&lines);
+    let rec = recorder.stop();
+    assert!(rec.status.success(), "{}", rec.stderr);
+    let report = run(&["report", path, "--json"]);
+    assert!(report.status.success(), "{}", report.stderr);
+    let r: Value = serde_json::from_str(report.stdout.trim()).expect("report JSON");
+    let procs = r["data"]["processes"].as_array().expect("processes");
+    let proc_of = |pid: u32| {
+        procs
+            .iter()
+            .find(|p| p["pid"] == json!(pid))
+            .unwrap_or_else(|| panic!("{pid} not in {procs:#?}"))
+    };
+    for (pid, want, who) in [
+        (rdma_pid, "rdma", "rt-mover 16 MiB"),
+        (fb_pid, "tcp_fallback", "rt-mover over TCP with connected QPs"),
+        (cpid, "rdma", "ib_write_bw client"),
+        (spid, "rdma", "ib_write_bw server"),
+    ] {
+        let p = proc_of(pid);
+        assert_eq!(p["verdict"], json!(want), "{who}: {p:#}");
+        let (live_verdict, live_evidence) = live
+            .get(&u64::from(pid))
+            .cloned()
+            .unwrap_or_else(|| panic!("no live verdict for {who}: {live:#?}"));
+        assert_eq!(live_verdict, want, "{who} live: {live_evidence}");
+        // No per-QP traffic source: the bytes are the port's, marked as estimated.
+        assert_eq!(p["rdma_tx_bytes"], json!(0), "{who}: {p:#}");
+        let est = &p["rdma_estimated"];
+        assert_eq!(est["from_packets"], json!(true), "{who}: {p:#}");
+        let packets = est["tx_packets"].as_u64().unwrap_or(0) + est["rx_packets"].as_u64().unwrap_or(0);
+        if want == "rdma" {
+            assert!(
+                p["evidence"].to_string().contains("estimated: the port's packet counters"),
+                "{who}: {p:#}"
+            );
+        } else {
+            assert_eq!(packets, 0, "{who}: {p:#}");
+        }
+    }
+    // 16 MiB in 1024-byte packets (rxe's active MTU on a 1500-byte link), both sides' QPs in
+    // one process.
+    let mv = &proc_of(rdma_pid)["rdma_estimated"];
+    assert!(mv["tx_packets"].as_u64().unwrap_or(0) >= 16 << 10, "{mv:#}");
+    // The ib_write_bw client sent 200 x 64 KiB from rxe0; its server received them on rxe1.
+    let client = &proc_of(cpid)["rdma_estimated"];
+    assert!(client["tx_packets"].as_u64().unwrap_or(0) >= 200 * 64, "{client:#}");
+    let server = &proc_of(spid)["rdma_estimated"];
+    assert!(server["rx_packets"].as_u64().unwrap_or(0) >= 200 * 64, "{server:#}");
+    assert_eq!(r["data"]["diagnoses"], json!([]), "{:#}", r["data"]["diagnoses"]);
+}

@@ -319,8 +319,7 @@ pub const COUNTERS_ROOT: &str = "/sys/class/infiniband";
 /// the command at fork time, before it can issue a single verb; [`spawn_traced`] then leaves
 /// the set.
 pub fn load_options(
-    btf_dir: &std::path::Path,
-    ringbuf_bytes: u32,
+    probing: &crate::config::Probing,
     pid: Option<u32>,
     command: &[String],
 ) -> crate::loader::LoadOptions {
@@ -330,12 +329,13 @@ pub fn load_options(
         (None, true) => None,
     };
     crate::loader::LoadOptions {
-        btf_dir: btf_dir.to_path_buf(),
+        btf_dir: probing.btf_dir.clone(),
         follow_forks: !command.is_empty(),
         traced_pids: traced,
-        ringbuf_bytes,
+        ringbuf_bytes: probing.ringbuf_bytes,
         cpu_hz: None,
         cgroup_filter: false,
+        no_probe: probing.no_probe.clone(),
     }
 }
 

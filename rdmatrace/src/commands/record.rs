@@ -26,10 +26,7 @@ pub struct RecordConfig {
     /// Containers, pods or cgroups to record (filtered in the kernel).
     pub place: Filter,
     pub command: Vec<String>,
-    pub ringbuf_bytes: u32,
-    pub btf_dir: PathBuf,
-    /// Bind per-QP counters over rdma netlink (undone at exit).
-    pub bind_qp_counters: bool,
+    pub probing: crate::config::Probing,
     /// On-CPU profile of the recorded processes at this frequency (Hz).
     pub cpu_hz: Option<u64>,
 }
@@ -88,9 +85,9 @@ pub fn run(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
-    let mut opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
+    let mut opts = live::load_options(&cfg.probing, cfg.pid, &cfg.command);
     opts.cpu_hz = cfg.cpu_hz;
-    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.place)?;
+    let mut live = Live::start(&opts, cfg.probing.bind_qp_counters, &cfg.place)?;
     let anchor = ClockAnchor::now();
     let header = header(&live, &anchor, &cfg.command)?;
     let writer = match RecordingWriter::create(&cfg.output, &header, cfg.force) {

@@ -30,9 +30,7 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub input: Option<PathBuf>,
     pub flight: Option<FlightConfig>,
-    pub ringbuf_bytes: u32,
-    pub btf_dir: PathBuf,
-    pub bind_qp_counters: bool,
+    pub probing: crate::config::Probing,
 }
 
 /// The line scripts wait for, with the endpoint's address.
@@ -83,8 +81,8 @@ async fn serve_live(
     families: Families,
     exporter: &Exporter,
 ) -> anyhow::Result<ExitCode> {
-    let opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.filter.pid, &[]);
-    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.filter)?;
+    let opts = live::load_options(&cfg.probing, cfg.filter.pid, &[]);
+    let mut live = Live::start(&opts, cfg.probing.bind_qp_counters, &cfg.filter)?;
     let anchor = ClockAnchor::now();
     let flight = match &cfg.flight {
         Some(f) => {

@@ -2,7 +2,7 @@
 //! refreshed every interval like top(1). `--batch` prints frames one after another without
 //! clearing the screen (for logs and scripts, as `top -b`).
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{process::ExitCode, time::Duration};
 
 use crate::{
     clock::ClockAnchor,
@@ -23,9 +23,7 @@ pub struct TopConfig {
     pub iterations: Option<u64>,
     pub batch: bool,
     pub max_procs: usize,
-    pub ringbuf_bytes: u32,
-    pub btf_dir: PathBuf,
-    pub bind_qp_counters: bool,
+    pub probing: crate::config::Probing,
 }
 
 pub fn run(cfg: &TopConfig) -> anyhow::Result<ExitCode> {
@@ -33,8 +31,8 @@ pub fn run(cfg: &TopConfig) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(cfg: &TopConfig) -> anyhow::Result<ExitCode> {
-    let opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &[]);
-    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.place)?;
+    let opts = live::load_options(&cfg.probing, cfg.pid, &[]);
+    let mut live = Live::start(&opts, cfg.probing.bind_qp_counters, &cfg.place)?;
     let sink = TopSink::new(
         std::io::stdout(),
         cfg.interval,

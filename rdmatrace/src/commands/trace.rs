@@ -13,7 +13,6 @@ use crate::{
     clock::ClockAnchor,
     commands::live::{self, Live},
     config::{Format, TraceConfig},
-    loader::LoadOptions,
     replay,
     sinks::{jsonl::JsonlSink, text::TextSink, Sink},
     symbolize::resolver::Resolver,
@@ -42,15 +41,8 @@ pub fn run(cfg: &TraceConfig, input: Option<&Path>) -> anyhow::Result<ExitCode> 
 }
 
 async fn run_live(cfg: &TraceConfig) -> anyhow::Result<ExitCode> {
-    let opts = LoadOptions {
-        btf_dir: cfg.btf_dir.clone(),
-        traced_pids: cfg.filter.pid.map(|p| vec![p]),
-        follow_forks: false,
-        ringbuf_bytes: cfg.ringbuf_bytes,
-        cpu_hz: None,
-        cgroup_filter: false,
-    };
-    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.filter)?;
+    let opts = live::load_options(&cfg.probing, cfg.filter.pid, &[]);
+    let mut live = Live::start(&opts, cfg.probing.bind_qp_counters, &cfg.filter)?;
     let mut stage = live
         .stage(ClockAnchor::now(), cfg.filter.clone(), sink_for(cfg.format))
         .with_resolver(Resolver::new());

@@ -32,10 +32,7 @@ pub struct VerdictConfig {
     pub duration: Option<Duration>,
     pub command: Vec<String>,
     pub json: bool,
-    pub ringbuf_bytes: u32,
-    pub btf_dir: PathBuf,
-    /// Bind per-QP counters over rdma netlink (undone at exit).
-    pub bind_qp_counters: bool,
+    pub probing: crate::config::Probing,
 }
 
 pub fn run(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
@@ -67,8 +64,8 @@ fn exit<W: std::io::Write>(sink: &VerdictSink<W>) -> ExitCode {
 }
 
 async fn run_async(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
-    let opts = live::load_options(&cfg.btf_dir, cfg.ringbuf_bytes, cfg.pid, &cfg.command);
-    let mut live = Live::start(&opts, cfg.bind_qp_counters, &cfg.place)?;
+    let opts = live::load_options(&cfg.probing, cfg.pid, &cfg.command);
+    let mut live = Live::start(&opts, cfg.probing.bind_qp_counters, &cfg.place)?;
     let mut stage = live.stage(ClockAnchor::now(), cfg.place.clone(), sink(cfg));
     let mut child = live.spawn(&cfg.command)?;
     live.run(&mut stage, READY_LINE, cfg.duration, child.as_mut())

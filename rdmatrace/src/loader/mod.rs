@@ -69,6 +69,8 @@ pub struct LoadOptions {
     /// Kernel-side cgroup filter: only processes of the cgroups put in `WANTED_CGROUPS` after
     /// load (and any in `traced_pids`).
     pub cgroup_filter: bool,
+    /// Areas not loaded (`--no-probe AREA`), reported as off.
+    pub no_probe: Vec<String>,
 }
 
 impl Default for LoadOptions {
@@ -80,6 +82,7 @@ impl Default for LoadOptions {
             ringbuf_bytes: rdmatrace_common::limits::RINGBUF_BYTES,
             cpu_hz: None,
             cgroup_filter: false,
+            no_probe: Vec::new(),
         }
     }
 }
@@ -315,6 +318,17 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let mut usable: Vec<&Area> = Vec::new();
     let profile = opts.cpu_hz.map(|_| &crate::collect::profile::AREA);
     for area in areas.iter().chain(profile) {
+        if opts.no_probe.iter().any(|n| n == area.name) {
+            report
+                .probes
+                .extend(area.probes.iter().map(|spec| ProbeStatus {
+                    area: area.name,
+                    rdma: area.rdma,
+                    spec: *spec,
+                    state: ProbeState::Off("switched off (--no-probe)".into()),
+                }));
+            continue;
+        }
         match (area.resolve)(&mut kbtf, &mut cfg) {
             Ok(notes) => {
                 report
@@ -484,6 +498,11 @@ impl Tracer {
 /// Every area the tool knows.
 pub fn all_areas() -> &'static [Area] {
     AREAS
+}
+
+/// The names of the areas `--no-probe` can switch off.
+pub fn area_names() -> Vec<&'static str> {
+    AREAS.iter().map(|a| a.name).collect()
 }
 
 #[cfg(test)]

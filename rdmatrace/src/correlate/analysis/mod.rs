@@ -11,6 +11,7 @@ pub mod anomalies;
 pub mod blame;
 pub mod counters;
 pub mod diagnosis;
+pub mod estimate;
 pub mod fabric;
 pub mod qps;
 pub mod transport;
@@ -64,6 +65,8 @@ pub struct Analyzer {
     anomalies: anomalies::Anomalies,
     diag: diagnosis::Diagnoser,
     traffic_measured: bool,
+    /// Port traffic counters shared among processes (verdicts without per-QP traffic).
+    shares: estimate::PortShares,
     first_wall_ns: u64,
     last_wall_ns: u64,
     last_ts_ns: u64,
@@ -325,12 +328,26 @@ impl Analyzer {
                 if RETRANSMIT_COUNTERS.contains(&c.name.as_str()) {
                     self.blame.port_counter(c);
                 }
+                if crate::ports::traffic_counter(&c.name).is_some() {
+                    for (pid, e) in self.shares.counter(c, rec.ts_ns) {
+                        self.proc(pid, "").rdma_estimate.get_or_insert_default().add(&e);
+                    }
+                    let blank = self.shares.blank(&c.dev);
+                    for pid in self.shares.owners(&c.dev) {
+                        self.proc(pid, "").rdma_estimate.get_or_insert(blank);
+                    }
+                }
                 *self
                     .counter_totals
                     .entry((c.dev.clone(), c.port, c.name.clone()))
                     .or_default() += c.delta;
             }
-            Body::Port(p) => self.anomalies.port(rec, p),
+            Body::Port(p) => {
+                if let Some(mtu) = p.active_mtu {
+                    self.shares.mtu(&p.dev, mtu);
+                }
+                self.anomalies.port(rec, p);
+            }
             Body::Gid(g) => self.diag.gid(g),
             Body::UmemFailed(u) => self.diag.umem_failed(rec, u),
             Body::QpCaps(c) => self.diag.qp_caps(rec, c),
@@ -398,6 +415,7 @@ impl Analyzer {
                 // A QP older than the trace may already be connected.
                 if from_table && QpLife::connected(*state) {
                     p.qps_rts += 1;
+                    self.qp_connected(key, *life, rec.pid, rec.ts_ns);
                 }
                 let q = self.book.open(*life, key, rec, qp_type, *state);
                 q.peer_qpn = peer;
@@ -414,8 +432,14 @@ impl Analyzer {
                 };
                 q.enter(*to, rec.ts_ns);
                 let owner = q.owner_pid;
-                if !by_driver && QpLife::connected(Some(*to)) && !QpLife::connected(*from) {
+                let (was, is) = (QpLife::connected(*from), QpLife::connected(Some(*to)));
+                if !by_driver && is && !was {
                     self.proc(owner, "").qps_rts += 1;
+                }
+                if is && !was {
+                    self.qp_connected(key, *life, owner, rec.ts_ns);
+                } else if was && !is {
+                    self.shares.disconnected(&key.dev, *life, rec.ts_ns);
                 }
                 if *to == QpState::Err {
                     self.anomalies.moved_to_err(rec, key, *from, *by_driver);
@@ -427,10 +451,21 @@ impl Analyzer {
                     return;
                 };
                 let open = q.end(rec.ts_ns);
+                let dev = q.key.dev.clone();
+                self.shares.disconnected(&dev, *life, rec.ts_ns);
                 if let (Body::QpDestroy { .. }, Some(s)) = (&rec.body, state) {
                     self.anomalies.stuck_at_destroy(rec, *s, open);
                 }
             }
+        }
+    }
+
+    /// QP life `life` of `pid` connected: its traffic may be in its device's port counters.
+    fn qp_connected(&mut self, key: &QpKey, life: usize, pid: u32, ts: u64) {
+        self.shares.connected(&key.dev, life, pid, ts);
+        if self.shares.counted(&key.dev) {
+            let blank = self.shares.blank(&key.dev);
+            self.proc(pid, "").rdma_estimate.get_or_insert(blank);
         }
     }
 
@@ -495,6 +530,8 @@ mod addressing_tests;
 mod counters_tests;
 #[cfg(test)]
 mod diagnosis_tests;
+#[cfg(test)]
+mod estimate_tests;
 #[cfg(test)]
 mod fabric_tests;
 #[cfg(test)]

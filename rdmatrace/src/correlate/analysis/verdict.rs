@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::estimate::Estimate;
 use crate::{correlate::cgroups::Place, event::CompactString, format::size};
 
 /// TCP traffic below this is a control channel, not a data path (perftest, MPI bootstrap...).
@@ -49,6 +50,9 @@ pub struct ProcStats {
     pub rdma_tx_packets: u64,
     pub rdma_rx_bytes: u64,
     pub rdma_rx_packets: u64,
+    /// Its share of its devices' port traffic counters, when no per-QP traffic source is on
+    /// and its QPs were connected on a device whose traffic counters are sampled.
+    pub rdma_estimate: Option<Estimate>,
     /// Error completions on its CQs.
     pub wc_errors: u64,
     pub tcp_tx_bytes: u64,
@@ -101,6 +105,9 @@ impl ProcStats {
         self.rdma_tx_packets += o.rdma_tx_packets;
         self.rdma_rx_bytes += o.rdma_rx_bytes;
         self.rdma_rx_packets += o.rdma_rx_packets;
+        if let Some(e) = &o.rdma_estimate {
+            self.rdma_estimate.get_or_insert_default().add(e);
+        }
         self.wc_errors += o.wc_errors;
         self.tcp_tx_bytes += o.tcp_tx_bytes;
         self.tcp_rx_bytes += o.tcp_rx_bytes;
@@ -168,6 +175,16 @@ impl ProcStats {
 /// Distinct peer addresses kept per process (TCP and RDMA each).
 pub const MAX_PEERS: usize = 256;
 
+/// The RDMA bytes `p` moved, and whether they were counted (per QP, or estimated from port
+/// counters) so that zero means none moved.
+fn rdma_bytes(p: &ProcStats, traffic_measured: bool) -> (u64, bool) {
+    match (&p.rdma_estimate, traffic_measured) {
+        (_, true) => (p.rdma_tx_bytes + p.rdma_rx_bytes, true),
+        (Some(e), false) => (e.tx_bytes + e.rx_bytes, true),
+        (None, false) => (0, false),
+    }
+}
+
 /// The verdict alone, without its evidence (no allocation: a live agent asks it of every
 /// process once a second). [`verdict`] gives the same verdict with its evidence.
 pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
@@ -175,7 +192,7 @@ pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
     // TCP on the RDMA path: to its QPs' peers or to peers not known.
     let tcp_path = tcp.saturating_sub(p.tcp_side_bytes());
     let touched = p.ctx_opens > 0 || p.qps_created > 0;
-    let rdma = p.rdma_tx_bytes + p.rdma_rx_bytes;
+    let (rdma, traffic_measured) = rdma_bytes(p, traffic_measured);
     let tcp_data = tcp >= TCP_DATA_THRESHOLD;
     if !touched {
         // A few KiB of TCP (a bootstrap, a health check) is not a transport for data: two MPI
@@ -207,7 +224,8 @@ pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
 }
 
 /// The verdict on `p` and the evidence lines behind it. `traffic_measured`: a per-QP traffic
-/// source (rxe) was on, so zero RDMA bytes means none moved.
+/// source (rxe) was on, so zero RDMA bytes means none moved; without it, the process's share
+/// of its devices' port counters stands in, marked as estimated.
 pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) {
     let mut ev = Vec::new();
     let tcp = p.tcp_tx_bytes + p.tcp_rx_bytes;
@@ -250,6 +268,25 @@ pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) 
             size(p.rdma_rx_bytes),
             p.rdma_tx_packets,
             p.rdma_rx_packets
+        ));
+    }
+    if let (Some(e), false, true) = (&p.rdma_estimate, traffic_measured, touched) {
+        ev.push(format!(
+            "about {} sent and {} received on its QPs ({} / {} packets), estimated: {}{}",
+            size(e.tx_bytes),
+            size(e.rx_bytes),
+            e.tx_packets,
+            e.rx_packets,
+            if e.from_packets {
+                "the port's packet counters times its MTU (an upper bound)"
+            } else {
+                "the port's byte counters"
+            },
+            if e.shared {
+                ", shared by connected QP-time with other processes on the same device"
+            } else {
+                ""
+            }
         ));
     }
     if p.wc_errors > 0 {
