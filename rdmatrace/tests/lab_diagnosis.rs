@@ -352,3 +352,38 @@ fn lab_a_qp_deeper_than_the_device_allows_is_create_failed_with_the_limit() {
         "{d:#}"
     );
 }
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_local_ack_timeout_below_the_round_trip_is_timeout_too_small() {
+    in_lab();
+    // timeout 1 = 8.2 µs, which rxe rounds up to one jiffy: below the round trip of the lab's
+    // emulated path, so the sender's timer fires while the ACKs are on their way and the
+    // receiver gets requests it already has. Nothing is lost. Writes of one packet each: rxe
+    // on 6.12 has been seen failing a retransmitted multi-packet write with a remote invalid
+    // request error (an error chain, another diagnosis).
+    let args = |t| ["--mib", "16", "--timeout", t, "--chunk-kib", "1"];
+    let (data, (pid, out, code)) = recorded("lab-timeout", || mover(&args("1"), &[]));
+    assert_eq!(code, Some(0), "the transfer completes: {out}");
+    let (sdev, sqpn) = mover_qp(&out, "sender");
+    let diags = diagnoses(&data);
+    assert_eq!(diags.len(), 1, "{diags:#?}\n{out}");
+    let d = &diags[0];
+    assert_eq!(d["kind"], json!("timeout_too_small"), "{d:#}");
+    assert_eq!(
+        (&d["pid"], &d["dev"], &d["qpn"]),
+        (&json!(pid), &json!(sdev), &json!(sqpn)),
+        "{d:#}"
+    );
+    let evidence = d["evidence"].to_string();
+    assert!(
+        evidence.contains(&format!("QP {sqpn:#x} on {sdev} set timeout 1")),
+        "{d:#}"
+    );
+    assert!(evidence.contains("duplicate_request"), "{d:#}");
+    // The same program with the common timeout (14, 67 ms) retransmits nothing here: the
+    // diagnosis is about the value, not the path.
+    let (data, (_, out, code)) = recorded("lab-timeout-14", || mover(&args("14"), &[]));
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(diagnoses(&data), Vec::<Value>::new(), "{out}");
+}

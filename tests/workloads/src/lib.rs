@@ -286,16 +286,18 @@ impl Qp {
     /// RESET -> INIT -> RTR -> RTS towards `peer` over port 1 and GID `gid_index`, path MTU
     /// 1024, ACK timeout 14 (67 ms), `retry_cnt` transport retries (rxe treats 7 as infinite).
     pub fn connect(&self, peer: &Endpoint, gid_index: u8, retry_cnt: u8) -> anyhow::Result<()> {
-        self.connect_with(peer, gid_index, retry_cnt, 7)
+        self.connect_with(peer, gid_index, retry_cnt, 7, 14)
     }
 
-    /// [`Qp::connect`] with `rnr_retry` RNR NAK retries (7 = forever).
+    /// [`Qp::connect`] with `rnr_retry` RNR NAK retries (7 = forever) and local ACK timeout
+    /// `timeout` (4.096 us x 2^timeout).
     pub fn connect_with(
         &self,
         peer: &Endpoint,
         gid_index: u8,
         retry_cnt: u8,
         rnr_retry: u8,
+        timeout: u8,
     ) -> anyhow::Result<()> {
         let rc = self.modify_to_init();
         if rc != 0 {
@@ -329,7 +331,7 @@ impl Qp {
         // SAFETY: all-zero is valid for this C struct.
         let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
         attr.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        attr.timeout = 14;
+        attr.timeout = timeout;
         attr.retry_cnt = retry_cnt;
         attr.rnr_retry = rnr_retry;
         attr.sq_psn = 0;

@@ -24,12 +24,16 @@ const SENDER_COUNTERS: &[&str] = &[
     "packet_seq_err",
     "implied_nak_seq_err",
 ];
+/// Of [`SENDER_COUNTERS`], those that count timer expiries (rather than NAKs): they include the
+/// retries of the QPs left out.
+const TIMER_COUNTERS: &[&str] = &["completer_retry_err", "local_ack_timeout_err", "roce_adp_retrans"];
+
 /// Port counters a receiving device counts gaps and repeats in.
 const RECEIVER_COUNTERS: &[&str] = &["out_of_seq_request", "out_of_sequence", "duplicate_request"];
 
 /// One diagnosis per device whose QPs' packets were retransmitted beyond the thresholds; the
-/// QPs whose errors are diagnosed already (their retransmits belong to that fault) are left
-/// out.
+/// QPs diagnosed already (their retransmits belong to that fault) are left out, and so are the
+/// timer counters of their devices.
 pub fn fabric_loss(
     qps: &[QpLife],
     port_counters: &[PortCounter],
@@ -38,8 +42,13 @@ pub fn fabric_loss(
     out: &mut Vec<Diagnosis>,
 ) {
     let mut by_dev: BTreeMap<&CompactString, Vec<&QpLife>> = BTreeMap::new();
-    for q in qps.iter().filter(|q| !errored(&q.key) && q.tx_packets > 0) {
-        by_dev.entry(&q.key.dev).or_default().push(q);
+    let mut explained: Vec<&CompactString> = Vec::new();
+    for q in qps.iter().filter(|q| q.tx_packets > 0) {
+        if errored(&q.key) {
+            explained.push(&q.key.dev);
+        } else {
+            by_dev.entry(&q.key.dev).or_default().push(q);
+        }
     }
     for (dev, mut sending) in by_dev {
         let packets: u64 = sending.iter().map(|q| q.tx_packets).sum();
@@ -50,6 +59,9 @@ pub fn fabric_loss(
         let counted: Vec<&PortCounter> = port_counters
             .iter()
             .filter(|(d, _, n, _)| d == dev && SENDER_COUNTERS.contains(&n.as_str()))
+            .filter(|(_, _, n, _)| {
+                !(explained.contains(&dev) && TIMER_COUNTERS.contains(&n.as_str()))
+            })
             .collect();
         let retries = timer + counted.iter().map(|c| c.3).sum::<u64>();
         if retries < MIN_RETRANSMITS

@@ -493,10 +493,16 @@ impl Analyzer {
         transport::transport_env(&processes, self.last_wall_ns, &mut diagnoses);
         transport::no_device(&processes, self.last_wall_ns, &mut diagnoses);
         let (blame, port_counters) = self.blame.finish();
+        let slow = self.diag.short_timeouts(
+            &self.book.qps,
+            &port_counters,
+            self.last_wall_ns,
+            &mut diagnoses,
+        );
         fabric::fabric_loss(
             &self.book.qps,
             &port_counters,
-            |k| self.diag.errored(k),
+            |k| self.diag.errored(k) || slow.contains(k),
             self.last_wall_ns,
             &mut diagnoses,
         );
@@ -536,3 +542,5 @@ mod estimate_tests;
 mod fabric_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timeout_tests;

@@ -6,7 +6,7 @@
 //!         [--events] [--retry-cnt N] [--kill-peer-after-mib M] [--gid-index 1]
 //!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S] [--chunk-kib K]
 //!         [--no-remote-write] [--overflow-cq] [--wrong-dest-qpn] [--peer-gid-index N]
-//!         [--send-without-recv] [--rnr-retry N] [--sq-depth N]
+//!         [--send-without-recv] [--rnr-retry N] [--timeout N] [--sq-depth N]
 //!         [--side-tcp-mib M --side-tcp-to ADDR]`
 //!
 //! RDMA: RC QPs, signaled RDMA WRITEs of `--chunk-kib` (64) KiB, 16 in flight; `--events` waits on a
@@ -25,7 +25,9 @@
 //! SENDs while the receiver never posts a receive buffer: the receiver answers with RNR NAKs
 //! until the sender's `--rnr-retry` (default 7, forever) run out. `--sq-depth N` asks for a
 //! sender QP with N outstanding work requests (default 16): above the device's max_qp_wr the
-//! creation is refused. `--side-tcp-mib M` also moves M MiB over TCP on loopback-style
+//! creation is refused. `--timeout N` sets the sender's local ACK timeout (4.096 us x 2^N,
+//! default 14 = 67 ms; rxe rounds anything below one jiffy up to one): below the round trip, the
+//! sender retransmits requests the receiver already has. `--side-tcp-mib M` also moves M MiB over TCP on loopback-style
 //! `ADDR` (to ADDR, from ADDR) while the RDMA transfer runs, as a data loader or a checkpoint
 //! upload beside a job would.
 //!
@@ -60,6 +62,7 @@ struct Opts {
     peer_gid_index: Option<u8>,
     send: bool,
     rnr_retry: u8,
+    timeout: u8,
     sq_depth: u32,
     side_tcp: Option<(u64, String)>,
 }
@@ -84,6 +87,7 @@ fn opts() -> anyhow::Result<Opts> {
         peer_gid_index: None,
         send: false,
         rnr_retry: 7,
+        timeout: 14,
         sq_depth: DEPTH as u32,
         side_tcp: None,
     };
@@ -111,6 +115,7 @@ fn opts() -> anyhow::Result<Opts> {
             "--peer-gid-index" => o.peer_gid_index = Some(val()?.parse()?),
             "--send-without-recv" => o.send = true,
             "--rnr-retry" => o.rnr_retry = val()?.parse()?,
+            "--timeout" => o.timeout = val()?.parse()?,
             "--sq-depth" => o.sq_depth = val()?.parse()?,
             "--side-tcp-mib" => side_mib = Some(val()?.parse::<u64>()?),
             "--side-tcp-to" => side_to = val()?,
@@ -180,7 +185,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         qpn: if o.wrong_dest_qpn { 0xfedc0 } else { d_end.qpn },
         ..d_end
     };
-    sqp.connect_with(&target, o.gid_index, o.retry_cnt, o.rnr_retry)?;
+    sqp.connect_with(&target, o.gid_index, o.retry_cnt, o.rnr_retry, o.timeout)?;
     if o.wrong_dest_qpn {
         println!("rt-mover: sender connected to qpn {:#08x}", target.qpn);
         let _ = std::io::stdout().flush();

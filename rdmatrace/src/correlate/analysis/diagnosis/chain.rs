@@ -23,13 +23,15 @@ fn peer_of<'a>(q: &QpLife, qps: &'a [QpLife]) -> Option<&'a QpLife> {
 fn ns_text(ns: u64) -> String {
     if ns >= 1_000_000_000 {
         format!("{:.2} s", ns as f64 / 1e9)
-    } else {
+    } else if ns >= 1_000_000 {
         format!("{:.1} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.1} µs", ns as f64 / 1e3)
     }
 }
 
 /// The local ACK timeout an IB `timeout` value stands for (4.096 µs × 2^timeout; 0 = none).
-fn ack_timeout_text(t: u8) -> String {
+pub(super) fn ack_timeout_text(t: u8) -> String {
     if t == 0 {
         "infinite".into()
     } else {

@@ -295,5 +295,6 @@ impl Diagnoser {
 
 mod chain;
 mod resources;
+mod timeout;
 
 use chain::{diagnose, Context};
