@@ -38,6 +38,7 @@ pub struct ProbeConfig {
     pub attr_timeout: u32,
     pub attr_retry_cnt: u32,
     pub attr_rnr_retry: u32,
+    pub attr_min_rnr_timer: u32,
     /// `ah_attr.grh.dgid`, summed through the nested structs.
     pub attr_dgid: u32,
     /// `ah_attr.grh.sgid_index`.
@@ -163,11 +164,23 @@ pub struct ProbeConfig {
     pub init_cap: [u32; 5],
     /// `ib_device.attrs.{max_qp_wr, max_send_sge, max_recv_sge}`.
     pub dev_attr_caps: [u32; 3],
+    /// `ib_cq.device`, `ib_pd.device`: the device of a CQ being created, of an SRQ's PD.
+    pub cq_device: u32,
+    pub pd_device: u32,
+    /// `ib_cq_init_attr.cqe`; `ib_srq_init_attr.attr.{max_wr, max_sge}`.
+    pub cq_attr_cqe: u32,
+    pub srq_attr_max_wr: u32,
+    pub srq_attr_max_sge: u32,
+    /// `ib_device.attrs.{max_cqe, max_srq_wr, max_srq_sge}`.
+    pub dev_attr_queue: [u32; 3],
+    /// `ib_create_srq_user(pd, srq_init_attr, ...)` argument positions.
+    pub srq_arg_pd: u32,
+    pub srq_arg_attr: u32,
 }
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 37 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 48 * 4);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -194,6 +207,7 @@ impl ProbeConfig {
             attr_timeout: U,
             attr_retry_cnt: U,
             attr_rnr_retry: U,
+            attr_min_rnr_timer: U,
             attr_dgid: U,
             attr_sgid_index: U,
             task_real_parent: U,
@@ -279,6 +293,14 @@ impl ProbeConfig {
             mm_pinned_vm: U,
             init_cap: [U; 5],
             dev_attr_caps: [U; 3],
+            cq_device: U,
+            pd_device: U,
+            cq_attr_cqe: U,
+            srq_attr_max_wr: U,
+            srq_attr_max_sge: U,
+            dev_attr_queue: [U; 3],
+            srq_arg_pd: U,
+            srq_arg_attr: U,
         }
     }
 }

@@ -58,6 +58,11 @@ pub static PENDING_DESTROY: HashMap<u64, QpDestroyEvent> =
 #[map]
 pub static SOCK_OWNER: LruHashMap<u64, Owner> = LruHashMap::with_max_entries(MAX_SOCKETS, 0);
 
+/// A CQ or SRQ create's entry -> return: (the `ib_cq *` or the `ib_pd *`, the init attr) per
+/// task.
+#[map]
+pub static PENDING_QUEUE: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
 /// `ib_umem_get` entry -> return: (device, size) per task.
 #[map]
 pub static PENDING_UMEM: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(MAX_INFLIGHT, 0);

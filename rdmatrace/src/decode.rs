@@ -6,9 +6,11 @@ use rdmatrace_common::event::{
     async_source, attr_mask as mask, element, reason, transport, verbs_func,
     AsyncEvent as RawAsync, CgroupEvent, CmEvent as RawCm, CounterSample, CpuSampleEvent,
     CqNotifySample, EventHeader, EventKind, GidSample, PortSample, ProcessEvent, QpCapsEvent,
+    QueueCapsEvent, QUEUE_SRQ,
     QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample,
     QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent,
-    TcpTuple as RawTcp, UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_SGID_INDEX,
+    TcpTuple as RawTcp, UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_MIN_RNR_TIMER, AV_SGID_INDEX,
+    MIN_RNR_TIMER_SHIFT,
     QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN, TCP_BYTES_SAMPLE_V1,
 };
 
@@ -17,7 +19,7 @@ use crate::{
     event::{
         cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
         AsyncElement, AsyncEvent, Body, CmEvent, CompactString, CounterDelta, CpuSample,
-        CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCaps, QpCounterDelta,
+        CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCaps, QueueCaps, QpCounterDelta,
         QpInfo, QpKey, QpResRow, QpState, QpTrafficDelta, Record, ResChange, ResType, Resource,
         Retransmit, TcpBytesDelta, TcpState, TcpTuple, Transport, UmemFailed, VerbsCall, WcError,
     },
@@ -128,6 +130,8 @@ fn modify_attrs(ev: &QpModifyEvent) -> ModifyAttrs {
         rnr_retry: when(mask::RNR_RETRY).then_some(ev.rnr_retry),
         dgid: when(mask::AV).then_some(ev.dgid),
         sgid_index: (when(mask::AV) && ev.av_flags & AV_SGID_INDEX != 0).then_some(ev.sgid_index),
+        min_rnr_timer: (when(mask::MIN_RNR_TIMER) && ev.av_flags & AV_MIN_RNR_TIMER != 0)
+            .then_some(ev.av_flags >> MIN_RNR_TIMER_SHIFT),
     }
 }
 
@@ -478,6 +482,19 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 dev_max_qp_wr: ev.dev_max_qp_wr,
                 dev_max_send_sge: ev.dev_max_send_sge,
                 dev_max_recv_sge: ev.dev_max_recv_sge,
+            });
+            (ev.header, body)
+        }
+        EventKind::QueueCaps => {
+            let ev: QueueCapsEvent = read(bytes, kind)?;
+            let body = Body::QueueCaps(QueueCaps {
+                dev: c_str(&ev.dev),
+                ret: ev.ret,
+                queue: if ev.queue == QUEUE_SRQ { "SRQ" } else { "CQ" },
+                depth: ev.depth,
+                sge: ev.sge,
+                dev_max_depth: ev.dev_max_depth,
+                dev_max_sge: ev.dev_max_sge,
             });
             (ev.header, body)
         }

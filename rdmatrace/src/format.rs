@@ -19,7 +19,10 @@ pub fn errno_text(ret: i32) -> String {
         38 => "ENOSYS",
         61 => "ENODATA",
         95 => "EOPNOTSUPP",
+        99 => "EADDRNOTAVAIL",
+        101 => "ENETUNREACH",
         110 => "ETIMEDOUT",
+        113 => "EHOSTUNREACH",
         _ => return ret.to_string(),
     };
     format!("{ret} ({name})")

@@ -194,6 +194,14 @@ fn lab_rnr_names_the_receiver_that_posted_no_receives() {
             .contains(&format!("rnr_retry 1 on QP {sqpn:#x}")),
         "{d:#}"
     );
+    // The receiver's RNR delay, as rt-mover set it at RTR (12 = 0.64 ms).
+    let (_, rqpn) = mover_qp(&out, "receiver");
+    assert!(
+        d["evidence"].to_string().contains(&format!(
+            "min_rnr_timer 12 (640.0 µs) on the receiving QP {rqpn:#x}"
+        )),
+        "{d:#}"
+    );
 }
 
 #[test]
@@ -256,6 +264,108 @@ fn lab_a_healthy_pingpong_and_its_teardown_get_no_diagnosis() {
         );
     }
     assert_eq!(diagnoses(&data), Vec::<Value>::new());
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_healthy_qperf_run_and_its_teardown_get_no_diagnosis() {
+    in_lab();
+    // qperf over RDMA CM (its own GID choice fails on RoCE v2 without it): bandwidth and
+    // latency tests, each connected and torn down; the server stays until killed. Its teardowns
+    // move QPs to ERR and flush: anomalies, not faults.
+    let (data, (spid, cpid, out)) = recorded("lab-qperf", || {
+        let server = Command::new("qperf")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("qperf server");
+        let spid = server.id();
+        let (cpid, out) = client_until_ok(
+            "qperf",
+            &["-cm1", "-t", "2", "192.0.2.2", "rc_bw", "rc_lat", "rc_rdma_write_bw"],
+            |o| o.contains("rc_rdma_write_bw") && o.contains("bw  ="),
+        );
+        let _ = wait_killing(server, 0);
+        (spid, cpid, out)
+    });
+    assert!(out.contains("latency"), "{out}");
+    let procs = data["processes"].as_array().expect("processes");
+    let rdma = |p: &&Value| p["verdict"] == json!("rdma") && p["comm"] == json!("qperf");
+    assert!(
+        procs.iter().any(|p| rdma(&p) && p["pid"] == json!(cpid)),
+        "the client {cpid}: {procs:#?}"
+    );
+    // The server serves each test from a child of its own.
+    assert!(
+        procs.iter().any(|p| rdma(&p) && p["pid"] != json!(cpid) && p["pid"] != json!(spid)),
+        "a server child of {spid}: {procs:#?}"
+    );
+    assert_eq!(diagnoses(&data), Vec::<Value>::new(), "{out}");
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_destination_nobody_answers_for_is_unreachable() {
+    in_lab();
+    // The sender's dest GID is 192.0.2.99's: no host has it, and the kernel's neighbour lookup
+    // at RTR (ARP for a RoCE v2 GID) times out.
+    let (data, (pid, out, code)) = recorded("lab-unreachable", || {
+        mover(&["--mib", "1", "--dest-addr", "192.0.2.99"], &[])
+    });
+    assert_eq!(code, Some(1), "RTR must fail: {out}");
+    assert!(out.contains("modify to RTR: errno 110"), "{out}");
+    let (sdev, sqpn) = mover_qp(&out, "sender");
+    let diags = diagnoses(&data);
+    assert_eq!(diags.len(), 1, "{diags:#?}\n{out}");
+    let d = &diags[0];
+    assert_eq!(d["kind"], json!("unreachable"), "{d:#}");
+    assert_eq!(
+        (&d["pid"], &d["dev"], &d["qpn"]),
+        (&json!(pid), &json!(sdev), &json!(sqpn)),
+        "{d:#}"
+    );
+    assert!(
+        d["cause"].to_string().contains("dest GID 192.0.2.99"),
+        "{d:#}"
+    );
+    assert!(d["evidence"].to_string().contains("ETIMEDOUT"), "{d:#}");
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_receive_buffer_shorter_than_the_message_is_the_receivers_local_error() {
+    in_lab();
+    // SENDs of 64 KiB into receive buffers of 32 KiB: the receiver's completion is a local
+    // error; the sender hears of it as a remote operation error (rxe's NAK; a remote
+    // invalid request on other drivers), its consequence.
+    // (A write from outside the sender's MR would be a local protection error, but rxe on
+    // 6.12 reports only the flushes for it.)
+    let (data, (pid, out, code)) =
+        recorded("lab-local-error", || mover(&["--mib", "1", "--short-recv"], &[]));
+    assert_eq!(code, Some(2), "the send must fail: {out}");
+    assert!(out.contains("status 11"), "REM_OP_ERR at the sender: {out}");
+    let (rdev, rqpn) = mover_qp(&out, "receiver");
+    let (sdev, sqpn) = mover_qp(&out, "sender");
+    let diags = diagnoses(&data);
+    assert_eq!(diags.len(), 1, "{diags:#?}\n{out}");
+    let d = &diags[0];
+    assert_eq!(d["kind"], json!("local_error"), "{d:#}");
+    assert_eq!(
+        (&d["pid"], &d["dev"], &d["qpn"]),
+        (&json!(pid), &json!(rdev), &json!(rqpn)),
+        "{d:#}"
+    );
+    // rxe reports the short receive as a local QP operation error (LOC_LEN_ERR elsewhere).
+    assert!(
+        d["evidence"].to_string().contains("LOC_QP_OP_ERR"),
+        "{d:#}"
+    );
+    assert!(
+        d["consequences"].to_string().contains(&format!(
+            "the sending QP {sqpn:#x} on {sdev} of pid {pid} (rt-mover) failed with REM_OP_ERR"
+        )),
+        "{d:#}"
+    );
 }
 
 #[test]
@@ -351,6 +461,49 @@ fn lab_a_qp_deeper_than_the_device_allows_is_create_failed_with_the_limit() {
         )),
         "{d:#}"
     );
+}
+
+/// A device limit as `ibv_devinfo -v` prints it (what the kernel's device attrs say).
+fn devinfo_limit(dev: &str, name: &str) -> String {
+    let devinfo = Command::new("ibv_devinfo")
+        .args(["-v", "-d", dev])
+        .output()
+        .expect("ibv_devinfo");
+    text(&devinfo)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{name}:")))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no {name} in ibv_devinfo -v -d {dev}"))
+}
+
+#[test]
+#[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
+fn lab_a_cq_or_srq_larger_than_the_device_allows_is_create_failed_with_the_limit() {
+    in_lab();
+    for (flag, dev, what, limit) in [
+        ("--cq-depth", "rxe0", "entries", "max_cqe"),
+        ("--srq-depth", "rxe1", "max_wr", "max_srq_wr"),
+    ] {
+        let (data, (pid, out, code)) =
+            recorded("lab-create-queue", || mover(&["--mib", "1", flag, "4194304"], &[]));
+        assert_eq!(code, Some(1), "{out}");
+        let diags = diagnoses(&data);
+        assert_eq!(diags.len(), 1, "{flag}: {diags:#?}\n{out}");
+        let d = &diags[0];
+        assert_eq!(d["kind"], json!("create_failed"), "{d:#}");
+        assert_eq!(
+            (&d["pid"], &d["comm"], &d["dev"]),
+            (&json!(pid), &json!("rt-mover"), &json!(dev)),
+            "{d:#}"
+        );
+        let max = devinfo_limit(dev, limit);
+        assert!(
+            d["cause"].as_str().unwrap_or_default().contains(&format!(
+                "{what} 4194304 above {dev}'s {limit} {max}"
+            )),
+            "{d:#}"
+        );
+    }
 }
 
 #[test]

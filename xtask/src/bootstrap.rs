@@ -123,6 +123,8 @@ const PACKAGES: &[(&str, Option<&str>)] = &[
     ("ibverbs-utils", None),
     ("rdmacm-utils", None),
     ("perftest", None),
+    // qperf: a healthy RC client whose teardown flushes (a false-positive test of the diagnoses).
+    ("qperf", None),
     ("iproute2", None),
     ("kmod", None),
     ("iputils-ping", None),

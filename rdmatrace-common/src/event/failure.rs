@@ -26,6 +26,32 @@ pub struct QpCapsEvent {
 }
 const _: () = assert!(core::mem::size_of::<QpCapsEvent>() == 40 + 64 + 8 + 32);
 
+/// Sent after a refused CQ or SRQ creation: the depth (and SGEs) asked and the device's limits;
+/// 0 where a field could not be read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueCapsEvent {
+    pub header: EventHeader,
+    pub dev: [u8; DEV_NAME_LEN],
+    /// The negative errno of the failed create.
+    pub ret: i32,
+    /// [`QUEUE_CQ`] or [`QUEUE_SRQ`].
+    pub queue: u32,
+    /// CQ: `attr->cqe`; SRQ: `srq_init_attr->attr.max_wr`.
+    pub depth: u32,
+    /// SRQ: `srq_init_attr->attr.max_sge`; CQ: 0.
+    pub sge: u32,
+    /// `attrs.max_cqe` (CQ) or `attrs.max_srq_wr` (SRQ) of the device.
+    pub dev_max_depth: u32,
+    /// `attrs.max_srq_sge` (SRQ); CQ: 0.
+    pub dev_max_sge: u32,
+}
+const _: () = assert!(core::mem::size_of::<QueueCapsEvent>() == 40 + 64 + 24);
+/// [`QueueCapsEvent::queue`]: a completion queue.
+pub const QUEUE_CQ: u32 = 1;
+/// [`QueueCapsEvent::queue`]: a shared receive queue.
+pub const QUEUE_SRQ: u32 = 2;
+
 /// `ib_umem_get()` failed: user memory of an MR (or, for some drivers, a queue buffer) could
 /// not be pinned. Sent from the calling process's context.
 #[repr(C)]

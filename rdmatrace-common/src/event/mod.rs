@@ -36,6 +36,8 @@ pub enum EventKind {
     /// A refused QP creation: what was asked and the device's limits (after a failed
     /// [`EventKind::QpCreate`]).
     QpCaps = 15,
+    /// A refused CQ or SRQ creation: what was asked and the device's limits.
+    QueueCaps = 16,
     /// A control-path verbs call with the caller's user stack (uprobe on libibverbs/librdmacm).
     /// Kinds 20-29 are for stack-bearing records.
     VerbsCall = 20,
@@ -56,7 +58,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, for exhaustive tests and decoders.
-    pub const ALL: [EventKind; 25] = [
+    pub const ALL: [EventKind; 26] = [
         EventKind::QpCreate,
         EventKind::QpModify,
         EventKind::QpDestroy,
@@ -72,6 +74,7 @@ impl EventKind {
         EventKind::ProcessCgroup,
         EventKind::UmemFailed,
         EventKind::QpCaps,
+        EventKind::QueueCaps,
         EventKind::VerbsCall,
         EventKind::CpuSample,
         EventKind::TcpBytes,
@@ -101,6 +104,7 @@ impl EventKind {
             13 => Some(EventKind::ProcessCgroup),
             14 => Some(EventKind::UmemFailed),
             15 => Some(EventKind::QpCaps),
+            16 => Some(EventKind::QueueCaps),
             20 => Some(EventKind::VerbsCall),
             21 => Some(EventKind::CpuSample),
             100 => Some(EventKind::TcpBytes),
@@ -185,7 +189,8 @@ pub struct QpModifyEvent {
     pub timeout: u8,
     pub retry_cnt: u8,
     pub rnr_retry: u8,
-    /// [`AV_SGID_INDEX`] when `sgid_index` was read (older records: 0).
+    /// [`AV_SGID_INDEX`] when `sgid_index` was read; [`AV_MIN_RNR_TIMER`] with the value in
+    /// the bits above ([`MIN_RNR_TIMER_SHIFT`]) when `min_rnr_timer` was (older records: 0).
     pub av_flags: u8,
     /// `attr->ah_attr.grh.sgid_index` when `IB_QP_AV` is set and [`AV_SGID_INDEX`] is in
     /// `av_flags`.
@@ -196,6 +201,10 @@ pub struct QpModifyEvent {
 const _: () = assert!(core::mem::size_of::<QpModifyEvent>() == 168);
 /// [`QpModifyEvent::av_flags`]: `sgid_index` holds the source GID index.
 pub const AV_SGID_INDEX: u8 = 1;
+/// [`QpModifyEvent::av_flags`]: bits from [`MIN_RNR_TIMER_SHIFT`] up hold `attr->min_rnr_timer`
+/// (5 bits) when `IB_QP_MIN_RNR_TIMER` is set.
+pub const AV_MIN_RNR_TIMER: u8 = 2;
+pub const MIN_RNR_TIMER_SHIFT: u8 = 3;
 
 /// `ib_destroy_qp_user()` returned.
 #[repr(C)]
@@ -537,6 +546,8 @@ mod pod {
     unsafe impl aya::Pod for UmemFailedEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for QpCapsEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for QueueCapsEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for TcpPeerKey {}
     // SAFETY: as above.

@@ -5,6 +5,7 @@ pub mod cq;
 pub mod mlx5;
 pub mod profile;
 pub mod qp;
+pub mod queues;
 pub mod res;
 pub mod rxe;
 pub mod sched;

@@ -11,7 +11,7 @@ use rdmatrace_common::{
     config::ProbeConfig,
     event::{
         attr_mask, EventKind, QpCapsEvent, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent,
-        AV_SGID_INDEX, STATE_UNKNOWN,
+        AV_MIN_RNR_TIMER, AV_SGID_INDEX, MIN_RNR_TIMER_SHIFT, STATE_UNKNOWN,
     },
 };
 
@@ -150,11 +150,16 @@ fn try_qp_modify_enter(ctx: &ProbeContext) -> Option<u32> {
     if mask & attr_mask::RNR_RETRY != 0 {
         ev.rnr_retry = read::field(attr, cfg.attr_rnr_retry).unwrap_or(0);
     }
+    if mask & attr_mask::MIN_RNR_TIMER != 0 {
+        if let Some(t) = read::field::<u8>(attr, cfg.attr_min_rnr_timer) {
+            ev.av_flags |= AV_MIN_RNR_TIMER | ((t & 0x1f) << MIN_RNR_TIMER_SHIFT);
+        }
+    }
     if mask & attr_mask::AV != 0 {
         read::bytes(attr, cfg.attr_dgid, &mut ev.dgid);
         if let Some(i) = read::field::<u8>(attr, cfg.attr_sgid_index) {
             ev.sgid_index = u32::from(i);
-            ev.av_flags = AV_SGID_INDEX;
+            ev.av_flags |= AV_SGID_INDEX;
         }
     }
     PENDING_MODIFY

@@ -11,6 +11,7 @@ pub mod cq;
 pub mod mlx5;
 pub mod profile;
 pub mod qp;
+pub mod queues;
 pub mod res;
 pub mod rxe;
 pub mod sched;
@@ -88,6 +89,7 @@ pub const AREAS: &[Area] = &[
     qp::AREA,
     res::AREA,
     umem::AREA,
+    queues::AREA,
     async_event::AREA,
     async_event::DEV_AREA,
     cm::AREA,

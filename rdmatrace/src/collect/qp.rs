@@ -141,6 +141,10 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
         "modify rnr_retry",
         offset_of(btf, "ib_qp_attr", "rnr_retry"),
     );
+    cfg.attr_min_rnr_timer = opt(
+        "modify min_rnr_timer",
+        offset_of(btf, "ib_qp_attr", "min_rnr_timer"),
+    );
     cfg.attr_dgid = opt(
         "modify dest GID",
         offset_of(btf, "ib_qp_attr", "ah_attr.grh.dgid"),

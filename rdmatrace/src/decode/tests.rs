@@ -1,5 +1,6 @@
 use rdmatrace_common::event::{
-    attr_mask, EventHeader, EventKind, QpIdent, QpModifyEvent, AV_SGID_INDEX, STATE_UNKNOWN,
+    attr_mask, EventHeader, EventKind, QpIdent, QpModifyEvent, AV_MIN_RNR_TIMER, AV_SGID_INDEX,
+    MIN_RNR_TIMER_SHIFT, STATE_UNKNOWN,
 };
 
 use super::*;
@@ -77,6 +78,19 @@ fn modify_fields_outside_the_mask_are_absent() {
         panic!("not a modify")
     };
     assert_eq!(attrs.sgid_index, None);
+    // min_rnr_timer rides in the flags' upper bits: with its mask bit and flag only.
+    ev.av_flags = AV_SGID_INDEX | AV_MIN_RNR_TIMER | (31 << MIN_RNR_TIMER_SHIFT);
+    let rec = decode(&bytes_of(&ev), &ClockAnchor::fixed(5)).expect("decode");
+    let Body::QpModify { attrs, .. } = rec.body else {
+        panic!("not a modify")
+    };
+    assert_eq!((attrs.sgid_index, attrs.min_rnr_timer), (Some(3), None));
+    ev.attr_mask |= attr_mask::MIN_RNR_TIMER;
+    let rec = decode(&bytes_of(&ev), &ClockAnchor::fixed(5)).expect("decode");
+    let Body::QpModify { attrs, .. } = rec.body else {
+        panic!("not a modify")
+    };
+    assert_eq!((attrs.sgid_index, attrs.min_rnr_timer), (Some(3), Some(31)));
 }
 
 #[test]

@@ -33,6 +33,31 @@ pub struct QpCaps {
     pub dev_max_recv_sge: u32,
 }
 
+/// A refused CQ or SRQ creation: the depth (and SGEs) asked and the device's limits (0: not
+/// read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueCaps {
+    pub dev: CompactString,
+    pub ret: i32,
+    /// `CQ` or `SRQ`.
+    pub queue: &'static str,
+    pub depth: u32,
+    pub sge: u32,
+    pub dev_max_depth: u32,
+    pub dev_max_sge: u32,
+}
+
+impl QueueCaps {
+    /// The device attributes its limits are: `max_cqe`, or `max_srq_wr` and `max_srq_sge`.
+    pub fn limit_names(&self) -> (&'static str, &'static str) {
+        if self.queue == "CQ" {
+            ("max_cqe", "")
+        } else {
+            ("max_srq_wr", "max_srq_sge")
+        }
+    }
+}
+
 /// Pinning user memory for a registration failed (`ib_umem_get`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UmemFailed {

@@ -94,6 +94,9 @@ pub struct ModifyAttrs {
     /// The source GID index of the address vector (with `dgid`; recordings before this field:
     /// `None`).
     pub sgid_index: Option<u32>,
+    /// The RNR NAK delay this QP asks its senders to wait (IB code 0-31; recordings before this
+    /// field: `None`).
+    pub min_rnr_timer: Option<u8>,
 }
 
 /// A TCP connection as the kernel sees it from this host.
@@ -430,6 +433,7 @@ pub enum Body {
     Gid(GidInfo),
     UmemFailed(UmemFailed),
     QpCaps(QpCaps),
+    QueueCaps(QueueCaps),
     VerbsCall(VerbsCall),
     CpuSample(CpuSample),
     /// Events the kernel could not deliver (ring buffer full) since the previous report, on
@@ -473,6 +477,7 @@ impl Body {
             Body::Gid(_) => "gid",
             Body::UmemFailed(_) => "mr_reg_failed",
             Body::QpCaps(_) => "qp_caps",
+            Body::QueueCaps(_) => "queue_caps",
             Body::VerbsCall(_) => "verbs_call",
             Body::CpuSample(_) => "cpu_sample",
             Body::Lost { .. } => "lost",
@@ -526,6 +531,7 @@ impl Record {
             Body::Gid(g) => Some(&g.dev),
             Body::UmemFailed(u) if !u.dev.is_empty() => Some(&u.dev),
             Body::QpCaps(c) if !c.dev.is_empty() => Some(&c.dev),
+            Body::QueueCaps(c) if !c.dev.is_empty() => Some(&c.dev),
             b => b.qp().map(|q| q.key.dev.as_str()),
         }
     }

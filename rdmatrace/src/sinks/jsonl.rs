@@ -96,6 +96,7 @@ pub fn to_json(rec: &Record, at: Option<&Place>) -> Value {
             opt(&mut d, "rnr_retry", a.rnr_retry);
             opt(&mut d, "dgid", a.dgid.as_ref().map(gid_text));
             opt(&mut d, "sgid_index", a.sgid_index);
+            opt(&mut d, "min_rnr_timer", a.min_rnr_timer);
             d.insert("ret".into(), (*ret).into());
         }
         Body::ProcessExec { ppid } => {
@@ -212,6 +213,18 @@ pub fn to_json(rec: &Record, at: Option<&Place>) -> Value {
             d.insert("link_layer".into(), p.link_layer.clone().into());
             d.insert("netdev".into(), p.netdev.clone().into());
             d.insert("netdev_mtu".into(), p.netdev_mtu.into());
+        }
+        Body::QueueCaps(c) => {
+            let (depth_limit, sge_limit) = c.limit_names();
+            d.insert("dev".into(), c.dev.as_str().into());
+            d.insert("ret".into(), c.ret.into());
+            d.insert("queue".into(), c.queue.into());
+            d.insert("depth".into(), c.depth.into());
+            d.insert(format!("dev_{depth_limit}"), c.dev_max_depth.into());
+            if !sge_limit.is_empty() {
+                d.insert("max_sge".into(), c.sge.into());
+                d.insert(format!("dev_{sge_limit}"), c.dev_max_sge.into());
+            }
         }
         Body::QpCaps(c) => {
             d.insert("dev".into(), c.dev.as_str().into());

@@ -183,6 +183,17 @@ pub fn line_in(rec: &Record, at: Option<&Place>) -> String {
             }
             ("port", d)
         }
+        Body::QueueCaps(c) => (
+            "caps",
+            if c.queue == "CQ" {
+                format!("CQ asked {} entries; device max_cqe {}", c.depth, c.dev_max_depth)
+            } else {
+                format!(
+                    "SRQ asked wr {} sge {}; device max wr {} sge {}",
+                    c.depth, c.sge, c.dev_max_depth, c.dev_max_sge
+                )
+            },
+        ),
         Body::QpCaps(c) => (
             "caps",
             format!(

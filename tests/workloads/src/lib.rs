@@ -97,6 +97,25 @@ impl Verbs {
         Ok(v)
     }
 
+    /// Creates a shared receive queue of `max_wr` work requests of one SGE on this context's PD
+    /// (destroyed when dropped).
+    pub fn create_srq(&self, max_wr: u32) -> anyhow::Result<Srq> {
+        // SAFETY: all-zero is the documented "unset" value of this C struct.
+        let mut init: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+        init.attr.max_wr = max_wr;
+        init.attr.max_sge = 1;
+        // SAFETY: pd is live; init is initialised.
+        let srq = unsafe { ibv_create_srq(self.pd, &mut init) };
+        if srq.is_null() {
+            bail!(
+                "ibv_create_srq of {max_wr} work requests on {} failed: {}",
+                self.name,
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(Srq { srq })
+    }
+
     /// Creates an RC QP on this context's PD/CQ.
     pub fn create_rc_qp(&self) -> anyhow::Result<Qp> {
         self.create_rc_qp_with(4)
@@ -204,6 +223,17 @@ impl Verbs {
 }
 
 /// A registered memory region.
+pub struct Srq {
+    srq: *mut ibv_srq,
+}
+
+impl Drop for Srq {
+    fn drop(&mut self) {
+        // SAFETY: srq was created by ibv_create_srq and is destroyed once.
+        unsafe { ibv_destroy_srq(self.srq) };
+    }
+}
+
 pub struct Mr {
     mr: *mut ibv_mr,
 }
@@ -377,6 +407,27 @@ impl Qp {
     /// posted.
     pub fn post_send(&self, wr_id: u64, mr: &Mr, local: &[u8]) -> anyhow::Result<()> {
         self.post(wr_id, mr, local, ibv_wr_opcode::IBV_WR_SEND, None)
+    }
+
+    /// Posts a receive buffer `local` (registered as `mr`): a SEND from the peer lands in it.
+    pub fn post_recv(&self, wr_id: u64, mr: &Mr, local: &[u8]) -> anyhow::Result<()> {
+        let mut sge = ibv_sge {
+            addr: local.as_ptr() as u64,
+            length: local.len() as u32,
+            lkey: mr.lkey(),
+        };
+        // SAFETY: all-zero is valid for this C struct (null `next`).
+        let mut wr: ibv_recv_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: qp is live; wr and sge outlive the call; the MR covers `local`.
+        let rc = unsafe { ibv_post_recv(self.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            bail!("ibv_post_recv: errno {rc}");
+        }
+        Ok(())
     }
 
     /// One signaled work request of one SGE (`local`, registered as `mr`).

@@ -76,7 +76,7 @@ impl Addressing {
         }
     }
 
-    fn knows(&self, dev: &str) -> bool {
+    pub fn knows(&self, dev: &str) -> bool {
         self.gids.keys().any(|(d, ..)| d == dev)
     }
 

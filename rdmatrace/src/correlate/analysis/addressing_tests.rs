@@ -190,3 +190,36 @@ fn a_refused_rtr_with_a_source_gid_of_another_kind_or_none_is_gid_mismatch() {
         second.cause
     );
 }
+
+#[test]
+fn an_rtr_refused_for_want_of_a_neighbour_is_unreachable() {
+    // The kernel resolves the dest GID's neighbour at RTR: nobody answers ARP for 192.0.2.99.
+    const NOBODY: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 99];
+    for (ret, want) in [(-110, Some("unreachable")), (-22, None)] {
+        let mut a = Analysis::default();
+        tables(&mut a);
+        let create = Body::QpCreate {
+            qp: qp_info("rxe0", 0x11),
+            ret: 0,
+        };
+        a.push(7, "mover", 2, create);
+        a.push(7, "mover", 2, modify_on("rxe0", 0x11, QpState::Init, 0, |_| {}));
+        let rtr = modify_on("rxe0", 0x11, QpState::Rtr, ret, |m| {
+            m.dgid = Some(NOBODY);
+            m.sgid_index = Some(1);
+            m.dest_qpn = Some(0x12);
+        });
+        a.push(7, "mover", 3, rtr);
+        let r = a.finish();
+        let kinds: Vec<&str> = r.diagnoses.iter().map(|d| d.kind).collect();
+        assert_eq!(kinds, want.into_iter().collect::<Vec<_>>(), "{ret}");
+        if let Some(d) = r.diagnoses.first() {
+            assert_eq!((d.pid, d.qpn), (7, Some(0x11)));
+            assert!(d.cause.contains("dest GID 192.0.2.99"), "{}", d.cause);
+            assert_eq!(
+                d.evidence[0],
+                "modify INIT->RTR of QP 0x11 on rxe0 failed: -110 (ETIMEDOUT)"
+            );
+        }
+    }
+}

@@ -90,6 +90,7 @@ fn rnr_names_the_receiver_and_lists_the_flushes_under_it() {
     let mut a = Analysis::default();
     connected(&mut a, 7, "sender", 0x11, 0x12);
     connected(&mut a, 8, "receiver", 0x12, 0x11);
+    a.push(8, "receiver", 5, modify(0x12, QpState::Rts, |m| m.min_rnr_timer = Some(12)));
     a.push(0, "", 10, wc(0x11, 7, "sender", "RNR_RETRY_EXC_ERR"));
     for ts in 11..16 {
         a.push(0, "", ts, wc(0x11, 7, "sender", "WR_FLUSH_ERR"));
@@ -101,6 +102,12 @@ fn rnr_names_the_receiver_and_lists_the_flushes_under_it() {
     assert!(d.cause.contains("receiver pid 8 (receiver)"), "{}", d.cause);
     assert!(
         d.evidence.iter().any(|e| e == "rnr_retry 0 on QP 0x11"),
+        "{:?}",
+        d.evidence
+    );
+    assert!(
+        d.evidence.iter().any(|e| e
+            == "min_rnr_timer 12 (640.0 µs) on the receiving QP 0x12: the sender waited that long between retries"),
         "{:?}",
         d.evidence
     );
@@ -386,6 +393,41 @@ fn a_refused_create_names_the_capacity_above_the_devices() {
 }
 
 #[test]
+fn a_refused_cq_or_srq_names_the_depth_above_the_devices() {
+    let mut a = Analysis::default();
+    let caps = |queue, depth, sge, max_sge| {
+        Body::QueueCaps(crate::event::QueueCaps {
+            dev: "rxe0".into(),
+            ret: -22,
+            queue,
+            depth,
+            sge,
+            dev_max_depth: 32767,
+            dev_max_sge: max_sge,
+        })
+    };
+    a.push(7, "trainer", 5, caps("CQ", 1 << 20, 0, 0));
+    a.push(8, "server", 6, caps("SRQ", 1 << 20, 64, 27));
+    let r = a.finish();
+    let kinds: Vec<_> = r.diagnoses.iter().map(|d| (d.kind, d.pid)).collect();
+    assert_eq!(kinds, [("create_failed", 7), ("create_failed", 8)]);
+    assert!(
+        r.diagnoses[0]
+            .cause
+            .ends_with("could not create a CQ on rxe0: entries 1048576 above rxe0's max_cqe 32767"),
+        "{}",
+        r.diagnoses[0].cause
+    );
+    assert!(
+        r.diagnoses[1].cause.ends_with(
+            "could not create a SRQ on rxe0: max_wr 1048576 above rxe0's max_srq_wr 32767, max_sge 64 above rxe0's max_srq_sge 27"
+        ),
+        "{}",
+        r.diagnoses[1].cause
+    );
+}
+
+#[test]
 fn tcp_to_other_peers_than_its_qps_does_not_make_an_rdma_job_mixed() {
     let run = |tcp_peer: Option<[u8; 4]>| {
         let mut a = Analysis::default();
@@ -428,4 +470,79 @@ fn tcp_to_other_peers_than_its_qps_does_not_make_an_rdma_job_mixed() {
     // The same bytes to its QP's peer, or to a peer not known: the transport is mixed.
     assert_eq!(run(Some([192, 0, 2, 2])).verdict, Verdict::Mixed);
     assert_eq!(run(None).verdict, Verdict::Mixed);
+}
+
+#[test]
+fn a_receive_too_short_is_the_receivers_local_error_and_the_senders_nak_its_consequence() {
+    // REM_OP_ERR is rxe's NAK for it; REM_INV_REQ_ERR other drivers'.
+    for nak in ["REM_OP_ERR", "REM_INV_REQ_ERR"] {
+        let mut a = Analysis::default();
+        connected(&mut a, 7, "mover", 0x11, 0x12);
+        connected(&mut a, 7, "mover", 0x12, 0x11);
+        // The sender hears of it second: the receiver's NAK.
+        a.push(0, "", 10, wc(0x12, 7, "mover", "LOC_LEN_ERR"));
+        a.push(0, "", 11, wc(0x11, 7, "mover", nak));
+        a.push(0, "", 12, wc(0x12, 7, "mover", "WR_FLUSH_ERR"));
+        let r = a.finish();
+        assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
+        let d = &r.diagnoses[0];
+        assert_eq!((d.kind, d.qpn), ("local_error", Some(0x12)));
+        let want = format!(
+            "the sending QP 0x11 on rxe0 of pid 7 (mover) failed with {nak}: the receiver's NAK for this error"
+        );
+        assert!(d.consequences.contains(&want), "{:?}", d.consequences);
+    }
+    // Alone (the receiver not traced), the sender's error is its own diagnosis.
+    let mut a = Analysis::default();
+    connected(&mut a, 7, "mover", 0x11, 0x12);
+    a.push(0, "", 11, wc(0x11, 7, "mover", "REM_INV_REQ_ERR"));
+    let r = a.finish();
+    assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
+    assert_eq!((r.diagnoses[0].kind, r.diagnoses[0].qpn), ("local_error", Some(0x11)));
+}
+
+#[test]
+fn a_remote_access_error_names_the_targets_mrs_and_their_access() {
+    let mr = |access: u32| {
+        Body::Resource(Resource {
+            added: true,
+            res_type: ResType::Mr,
+            dev: "rxe0".into(),
+            id: 4,
+            owner_pid: 8,
+            owner_comm: "receiver".into(),
+            user: true,
+            cq: None,
+            mr: Some(crate::event::MrInfo {
+                lkey: 0x1234,
+                rkey: 0x1234,
+                length: 65536,
+                iova: 0,
+                access: Some(access),
+            }),
+        })
+    };
+    for (access, without) in [(1, true), (1 | 2, false)] {
+        let mut a = Analysis::default();
+        connected(&mut a, 7, "sender", 0x11, 0x12);
+        connected(&mut a, 8, "receiver", 0x12, 0x11);
+        a.push(8, "receiver", 5, mr(access));
+        a.push(0, "", 10, wc(0x11, 7, "sender", "REM_ACCESS_ERR"));
+        let r = a.finish();
+        let d = &r.diagnoses[0];
+        assert_eq!((d.kind, d.qpn), ("remote_access", Some(0x11)));
+        assert_eq!(
+            d.cause.contains("pid 8 (receiver) registered its MRs on rxe0 without remote access"),
+            without,
+            "{}",
+            d.cause
+        );
+        assert!(
+            d.evidence.iter().any(|e| e.starts_with(
+                "pid 8 registered an MR on rxe0 with rkey 0x1234, 65536 bytes, access LOCAL_WRITE"
+            )),
+            "{:?}",
+            d.evidence
+        );
+    }
 }

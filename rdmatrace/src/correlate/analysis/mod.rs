@@ -107,6 +107,7 @@ impl Analyzer {
         self.anomalies.forget_qps(|k| kept.contains(k));
         self.anomalies.trim(keep_anomalies);
         self.diag.forget_qps(|k| kept.contains(k));
+        self.diag.forget_procs(&gone);
         self.diag.trim(keep_anomalies);
     }
 
@@ -233,7 +234,9 @@ impl Analyzer {
                     }
                 }
             }
-            Body::Resource(r) if r.res_type == ResType::Cq => self.diag.resource(r),
+            Body::Resource(r) if matches!(r.res_type, ResType::Cq | ResType::Mr) => {
+                self.diag.resource(r)
+            }
             Body::Resource(r) if r.added && r.res_type == ResType::Ctx && r.owner_pid != 0 => {
                 let p = self.proc(r.owner_pid, &r.owner_comm);
                 p.ctx_opens += 1;
@@ -351,6 +354,7 @@ impl Analyzer {
             Body::Gid(g) => self.diag.gid(g),
             Body::UmemFailed(u) => self.diag.umem_failed(rec, u),
             Body::QpCaps(c) => self.diag.qp_caps(rec, c),
+            Body::QueueCaps(c) => self.diag.queue_caps(rec, c),
             Body::Async(a) => {
                 self.anomalies.async_event(rec, a);
                 self.diag.async_event(rec, a);

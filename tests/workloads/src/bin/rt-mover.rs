@@ -7,6 +7,7 @@
 //!         [--from 192.0.2.1 --to 192.0.2.2] [--linger-secs S] [--chunk-kib K]
 //!         [--no-remote-write] [--overflow-cq] [--wrong-dest-qpn] [--peer-gid-index N]
 //!         [--send-without-recv] [--rnr-retry N] [--timeout N] [--sq-depth N]
+//!         [--dest-addr A] [--past-mr] [--short-recv] [--cq-depth N] [--srq-depth N]
 //!         [--side-tcp-mib M --side-tcp-to ADDR]`
 //!
 //! RDMA: RC QPs, signaled RDMA WRITEs of `--chunk-kib` (64) KiB, 16 in flight; `--events` waits on a
@@ -25,9 +26,18 @@
 //! SENDs while the receiver never posts a receive buffer: the receiver answers with RNR NAKs
 //! until the sender's `--rnr-retry` (default 7, forever) run out. `--sq-depth N` asks for a
 //! sender QP with N outstanding work requests (default 16): above the device's max_qp_wr the
-//! creation is refused. `--timeout N` sets the sender's local ACK timeout (4.096 us x 2^N,
+//! creation is refused; `--cq-depth N` asks for a sender CQ of N entries and `--srq-depth N`
+//! creates a receiver SRQ of N work requests (above max_cqe / max_srq_wr: refused; the mover
+//! exits 1 saying so). `--timeout N` sets the sender's local ACK timeout (4.096 us x 2^N,
 //! default 14 = 67 ms; rxe rounds anything below one jiffy up to one): below the round trip, the
-//! sender retransmits requests the receiver already has. `--side-tcp-mib M` also moves M MiB over TCP on loopback-style
+//! sender retransmits requests the receiver already has. `--dest-addr A` connects the sender to
+//! the GID of IPv4 address A instead of the receiver's (an address nobody answers for: its
+//! retries run out with nothing acknowledged). `--past-mr` registers only the first half of the
+//! sender's buffer and posts writes of all of it, as a program with a stale length would: the
+//! first write fails with a local protection error (rxe on 6.12 reports only the flushes).
+//! `--short-recv` sends with SENDs into receive buffers half their size: the receiver's
+//! completion is a local error (LOC_QP_OP_ERR on rxe), the sender's the NAK for it (a remote operation error
+//! on rxe). `--side-tcp-mib M` also moves M MiB over TCP on loopback-style
 //! `ADDR` (to ADDR, from ADDR) while the RDMA transfer runs, as a data loader or a checkpoint
 //! upload beside a job would.
 //!
@@ -63,6 +73,11 @@ struct Opts {
     send: bool,
     rnr_retry: u8,
     timeout: u8,
+    dest_addr: Option<std::net::Ipv4Addr>,
+    past_mr: bool,
+    short_recv: bool,
+    cq_depth: Option<i32>,
+    srq_depth: Option<u32>,
     sq_depth: u32,
     side_tcp: Option<(u64, String)>,
 }
@@ -88,6 +103,11 @@ fn opts() -> anyhow::Result<Opts> {
         send: false,
         rnr_retry: 7,
         timeout: 14,
+        dest_addr: None,
+        past_mr: false,
+        short_recv: false,
+        cq_depth: None,
+        srq_depth: None,
         sq_depth: DEPTH as u32,
         side_tcp: None,
     };
@@ -116,6 +136,14 @@ fn opts() -> anyhow::Result<Opts> {
             "--send-without-recv" => o.send = true,
             "--rnr-retry" => o.rnr_retry = val()?.parse()?,
             "--timeout" => o.timeout = val()?.parse()?,
+            "--dest-addr" => o.dest_addr = Some(val()?.parse()?),
+            "--past-mr" => o.past_mr = true,
+            "--cq-depth" => o.cq_depth = Some(val()?.parse()?),
+            "--srq-depth" => o.srq_depth = Some(val()?.parse()?),
+            "--short-recv" => {
+                o.send = true;
+                o.short_recv = true;
+            }
             "--sq-depth" => o.sq_depth = val()?.parse()?,
             "--side-tcp-mib" => side_mib = Some(val()?.parse::<u64>()?),
             "--side-tcp-to" => side_to = val()?,
@@ -128,9 +156,14 @@ fn opts() -> anyhow::Result<Opts> {
 
 fn main() -> anyhow::Result<std::process::ExitCode> {
     let o = opts()?;
-    let cqe = if o.overflow_cq { 1 } else { (DEPTH * 2) as i32 };
+    let cqe = match (o.overflow_cq, o.cq_depth) {
+        (true, _) => 1,
+        (false, Some(n)) => n,
+        (false, None) => (DEPTH * 2) as i32,
+    };
     let mut src = Verbs::open_with(Some(&o.from_dev), cqe, o.events)?;
     let dst = Verbs::open_with(Some(&o.to_dev), (DEPTH * 2) as i32, false)?;
+    let _srq = o.srq_depth.map(|n| dst.create_srq(n)).transpose()?;
     let sqp = src.create_rc_qp_with(o.sq_depth)?;
     let mut dqp = Some(dst.create_rc_qp_with(DEPTH as u32)?);
     let dqpn = dqp.as_ref().map_or(0, |q| q.qpn());
@@ -158,7 +191,9 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
 
     let mut sbuf = vec![0xa5u8; chunk];
     let mut dbuf = vec![0u8; chunk * DEPTH];
-    let smr = src.reg_mr(&mut sbuf, acc::IBV_ACCESS_LOCAL_WRITE.0)?;
+    // --past-mr: the MR covers half the buffer the writes are posted from.
+    let registered = if o.past_mr { chunk / 2 } else { chunk };
+    let smr = src.reg_mr(&mut sbuf[..registered.max(1)], acc::IBV_ACCESS_LOCAL_WRITE.0)?;
     let remote = if o.no_remote_write {
         0
     } else {
@@ -183,6 +218,8 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     let target = Endpoint {
         // Far above the QPNs rxe hands out on a lab host.
         qpn: if o.wrong_dest_qpn { 0xfedc0 } else { d_end.qpn },
+        // An address nobody has: no neighbour, no answer.
+        gid: o.dest_addr.map_or(d_end.gid, |a| a.to_ipv6_mapped().octets()),
         ..d_end
     };
     sqp.connect_with(&target, o.gid_index, o.retry_cnt, o.rnr_retry, o.timeout)?;
@@ -202,6 +239,14 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         let _ = std::io::stdout().flush();
         std::thread::sleep(o.linger);
         return Ok(std::process::ExitCode::from(3));
+    }
+    if o.short_recv {
+        // Receive buffers half the size of the messages that will land in them.
+        let q = dqp.as_ref().context("no receiver QP")?;
+        for i in 0..DEPTH {
+            let at = i * chunk;
+            q.post_recv(i as u64, &dmr, &dbuf[at..at + (chunk / 2).max(1)])?;
+        }
     }
     let side = o
         .side_tcp

@@ -1,19 +1,19 @@
 //! The diagnosis of one QP's chain of errors from its first error, its attributes, its peer
 //! among the traced QPs and the addressing of both ends.
 
-use super::{Attrs, Diagnosis, FirstError, QpErrors};
+use super::{Attrs, Diagnosis, FirstError, MrSeen, QpErrors};
 use crate::{
     correlate::analysis::{
         addressing::{Addressing, Finding},
         qps::QpLife,
     },
-    event::{QpKey, QpState},
+    event::{CompactString, QpKey, QpState},
     format::gid_text,
 };
 
 /// The peer end of `q` among the traced QPs: the QP whose number is `q`'s dest QPN and whose
 /// dest QPN is `q`'s (both ends on this host, or both recorded).
-fn peer_of<'a>(q: &QpLife, qps: &'a [QpLife]) -> Option<&'a QpLife> {
+pub(super) fn peer_of<'a>(q: &QpLife, qps: &'a [QpLife]) -> Option<&'a QpLife> {
     let want = q.peer_qpn?;
     qps.iter()
         .rev()
@@ -45,6 +45,20 @@ pub(super) struct Context<'a> {
     pub(super) attrs: Attrs,
     pub(super) traffic_measured: bool,
     pub(super) addressing: &'a Addressing,
+    /// Every QP's attributes (the peer's, for RNR).
+    pub(super) all_attrs: &'a rustc_hash::FxHashMap<QpKey, Attrs>,
+    /// MRs per (device, owner pid) (the target's, for a remote access error).
+    pub(super) mrs: &'a rustc_hash::FxHashMap<(CompactString, u32), Vec<MrSeen>>,
+}
+
+/// The RNR NAK delay an IB `min_rnr_timer` code stands for (IBTA table; 0 = 655.36 ms).
+fn min_rnr_text(t: u8) -> String {
+    const US: [u32; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560,
+        3840, 5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880,
+        163_840, 245_760, 327_680, 491_520,
+    ];
+    ns_text(u64::from(US[usize::from(t & 31)]) * 1000)
 }
 
 pub(super) fn diagnose(
@@ -114,6 +128,14 @@ pub(super) fn diagnose(
                     if r == 7 { " (7 = retry forever)" } else { "" }
                 ));
             }
+            let peer_attrs = peer.and_then(|p| ctx.all_attrs.get(&p.key));
+            if let (Some(p), Some(t)) = (peer, peer_attrs.and_then(|a| a.min_rnr_timer)) {
+                evidence.push(format!(
+                    "min_rnr_timer {t} ({}) on the receiving QP {:#x}: the sender waited that long between retries",
+                    min_rnr_text(t),
+                    p.key.qpn
+                ));
+            }
             (
                 "rnr",
                 format!(
@@ -125,14 +147,38 @@ pub(super) fn diagnose(
             )
         }
         "REM_ACCESS_ERR" => {
+            // The target's MRs on its device, with their access when the registration was seen.
+            let target_mrs: Vec<MrSeen> = peer
+                .and_then(|p| ctx.mrs.get(&(p.key.dev.clone(), p.owner_pid)))
+                .map(|l| l.iter().filter(|m| m.access.is_some()).copied().collect())
+                .unwrap_or_default();
+            const REMOTE: u32 = 0b1110; // REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC
+            let none_remote =
+                !target_mrs.is_empty() && target_mrs.iter().all(|m| m.access.unwrap_or(0) & REMOTE == 0);
             if let Some(p) = peer {
                 evidence.push(format!("the target is {}", peer_name(p)));
+                for m in target_mrs.iter().rev().take(4) {
+                    evidence.push(format!(
+                        "pid {} registered an MR on {} with rkey {:#x}, {} bytes, access {}",
+                        p.owner_pid,
+                        p.key.dev,
+                        m.rkey,
+                        m.length,
+                        crate::event::access_names(m.access.unwrap_or(0))
+                    ));
+                }
             }
             (
                 "remote_access",
-                format!(
-                    "the peer refused QP {qpn:#x}'s RDMA access: the rkey is not a valid key of the peer, the address is outside its MR, or the MR lacks remote access"
-                ),
+                match peer.filter(|_| none_remote) {
+                    Some(p) => format!(
+                        "the peer refused QP {qpn:#x}'s RDMA access: pid {} ({}) registered its MRs on {} without remote access",
+                        p.owner_pid, p.owner_comm, p.key.dev
+                    ),
+                    None => format!(
+                        "the peer refused QP {qpn:#x}'s RDMA access: the rkey is not a valid key of the peer, the address is outside its MR, or the MR lacks remote access"
+                    ),
+                },
                 "send the rkey and address of an MR the peer registered with \
                  IBV_ACCESS_REMOTE_WRITE/READ/ATOMIC as the operation needs, and keep it \
                  registered while the peer uses it"
@@ -142,17 +188,17 @@ pub(super) fn diagnose(
         "LOC_LEN_ERR" | "LOC_PROT_ERR" | "LOC_QP_OP_ERR" | "LOC_EEC_OP_ERR" | "LOC_ACCESS_ERR"
         | "MW_BIND_ERR" | "REM_INV_REQ_ERR" => {
             let what = match status {
-                "LOC_LEN_ERR" => "a message longer than the posted receive buffer (or a send longer than the port's limits)",
-                "LOC_PROT_ERR" => "a work request whose lkey or address range is not in a registered MR of the QP's PD",
-                "LOC_QP_OP_ERR" => "a work request the QP cannot execute (opcode or size invalid for it)",
+                "LOC_LEN_ERR" => "a message longer than the receive buffer it had posted (or a send longer than the port allows)",
+                "LOC_PROT_ERR" => "its lkey or address range is not in a registered MR of the QP's PD",
+                "LOC_QP_OP_ERR" => "an operation the QP cannot execute (opcode or size invalid for it; rxe reports a message longer than the posted receive buffer so)",
                 "LOC_ACCESS_ERR" => "a local MR without the access the operation needs",
-                "REM_INV_REQ_ERR" => "a request the peer found invalid (longer than its receive buffer, or an opcode its QP does not allow)",
+                "REM_INV_REQ_ERR" => "the peer found the request invalid (longer than its receive buffer, or an opcode its QP does not allow)",
                 "MW_BIND_ERR" => "a memory window bind the MR does not allow",
                 _ => "a local QP operation error",
             };
             (
                 "local_error",
-                format!("QP {qpn:#x} on {dev} posted {what}"),
+                format!("QP {qpn:#x} on {dev} failed a work request: {what}"),
                 "check the failing work request's sizes, keys and opcode against the MRs and \
                  the QP type (and the receive buffer sizes the peer posts)"
                     .into(),

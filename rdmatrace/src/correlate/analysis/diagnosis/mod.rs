@@ -36,6 +36,7 @@ struct Attrs {
     timeout: Option<u8>,
     retry_cnt: Option<u8>,
     rnr_retry: Option<u8>,
+    min_rnr_timer: Option<u8>,
 }
 
 #[derive(Clone)]
@@ -61,6 +62,17 @@ struct QpErrors {
     driver_err: Option<Option<QpState>>,
 }
 
+/// An MR as registered: its rkey, size and access flags (when the registration was seen).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct MrSeen {
+    rkey: u32,
+    length: u64,
+    access: Option<u32>,
+}
+
+/// MRs kept per (device, process): the latest.
+const MRS_KEPT: usize = 16;
+
 /// A modify with an address vector that the kernel refused.
 #[derive(Clone)]
 struct FailedAv {
@@ -83,6 +95,9 @@ pub(super) struct Diagnoser {
     errors: FxHashMap<QpKey, QpErrors>,
     /// (device, CQ id) -> (owner pid, comm, CQ entries).
     cqs: FxHashMap<(CompactString, u32), (u32, CompactString, Option<u32>)>,
+    /// (device, owner pid) -> its last MRs registered there (a remote access error names the
+    /// target's access flags).
+    mrs: FxHashMap<(CompactString, u32), Vec<MrSeen>>,
     found: Vec<Diagnosis>,
     /// What [`Diagnoser::fresh`] returned already: `found` and `failed_av` up to these
     /// indexes, and the QPs whose chains were named.
@@ -100,6 +115,11 @@ fn is_flush(status: &str) -> bool {
 
 impl Diagnoser {
     /// Forgets per-QP memory of QPs no longer live (a long-running agent).
+    /// Forgets the MRs of processes that are gone (a long-running agent).
+    pub fn forget_procs(&mut self, gone: impl Fn(u32) -> bool) {
+        self.mrs.retain(|(_, pid), _| !gone(*pid));
+    }
+
     pub fn forget_qps(&mut self, live: impl Fn(&QpKey) -> bool) {
         self.attrs.retain(|k, _| live(k));
         self.errors.retain(|k, _| live(k));
@@ -120,6 +140,7 @@ impl Diagnoser {
         e.timeout = a.timeout.or(e.timeout);
         e.retry_cnt = a.retry_cnt.or(e.retry_cnt);
         e.rnr_retry = a.rnr_retry.or(e.rnr_retry);
+        e.min_rnr_timer = a.min_rnr_timer.or(e.min_rnr_timer);
     }
 
     pub fn gid(&mut self, g: &GidInfo) {
@@ -224,12 +245,14 @@ impl Diagnoser {
                     "gid_mismatch",
                     Some(f.key.dev.clone()),
                 ));
+            } else if let Some(d) = no_neighbour(f, self.addressing.knows(&f.key.dev)) {
+                out.push((d.pid, d.comm, d.kind, d.dev));
             }
         }
         self.announced_av = self.failed_av.len();
         for (key, e) in &self.errors {
             let Some(first) = &e.first else { continue };
-            if self.announced_qps.contains(key) {
+            if self.announced_qps.contains(key) || self.folded_into(key, first, qps).is_some() {
                 continue;
             }
             let life = qps.iter().rev().find(|q| &q.key == key);
@@ -238,6 +261,8 @@ impl Diagnoser {
                 attrs: self.attrs.get(key).copied().unwrap_or_default(),
                 traffic_measured,
                 addressing: &self.addressing,
+                all_attrs: &self.attrs,
+                mrs: &self.mrs,
             };
             let d = diagnose(key, first, e, life, &ctx);
             out.push((d.pid, d.comm, d.kind, d.dev));
@@ -252,6 +277,7 @@ impl Diagnoser {
         let mut out = self.found.clone();
         for f in &self.failed_av {
             let Some(found) = self.addressing.failed_av(&f.key.dev, f.sgid_index, &f.dgid) else {
+                out.extend(no_neighbour(f, self.addressing.knows(&f.key.dev)));
                 continue;
             };
             let mut evidence = vec![format!(
@@ -276,21 +302,110 @@ impl Diagnoser {
                 consequences: vec![format!("QP {:#x} never reached RTR", f.key.qpn)],
             });
         }
+        let mut chains: Vec<(QpKey, Diagnosis)> = Vec::new();
+        let mut folded: Vec<(QpKey, String)> = Vec::new();
         for (key, e) in &self.errors {
             let Some(first) = &e.first else { continue };
             let life = qps.iter().rev().find(|q| &q.key == key);
+            if let Some(receiver) = self.folded_into(key, first, qps) {
+                let who = life.map_or(String::new(), |q| {
+                    format!(" of pid {} ({})", q.owner_pid, q.owner_comm)
+                });
+                folded.push((
+                    receiver,
+                    format!(
+                        "the sending QP {:#x} on {}{who} failed with {}: the receiver's NAK for this error",
+                        key.qpn, key.dev, first.status
+                    ),
+                ));
+                continue;
+            }
             let attrs = self.attrs.get(key).copied().unwrap_or_default();
             let ctx = Context {
                 qps,
                 attrs,
                 traffic_measured,
                 addressing: &self.addressing,
+                all_attrs: &self.attrs,
+                mrs: &self.mrs,
             };
-            out.push(diagnose(key, first, e, life, &ctx));
+            chains.push((key.clone(), diagnose(key, first, e, life, &ctx)));
         }
+        for (receiver, line) in folded {
+            if let Some((_, d)) = chains.iter_mut().find(|(k, _)| *k == receiver) {
+                d.consequences.push(line);
+            }
+        }
+        out.extend(chains.into_iter().map(|(_, d)| d));
         out.sort_by_key(|d| d.ts_ns);
         out
     }
+}
+
+impl Diagnoser {
+    /// A sender's remote invalid request or remote operation error is its peer's error seen
+    /// from the other end (the peer's NAK): when the traced peer QP failed first-hand (a
+    /// receive too short, an opcode it does not allow), the peer's key, whose diagnosis lists
+    /// this one as a consequence.
+    fn folded_into(&self, key: &QpKey, first: &FirstError, qps: &[QpLife]) -> Option<QpKey> {
+        const NAKED: [&str; 2] = ["REM_INV_REQ_ERR", "REM_OP_ERR"];
+        if !NAKED.contains(&first.status.as_str()) {
+            return None;
+        }
+        let life = qps.iter().rev().find(|q| &q.key == key)?;
+        let peer = chain::peer_of(life, qps)?;
+        let theirs = self.errors.get(&peer.key)?.first.as_ref()?;
+        (!NAKED.contains(&theirs.status.as_str()) && !is_flush(&theirs.status))
+            .then(|| peer.key.clone())
+    }
+}
+
+/// A refused modify whose address could not be resolved: the kernel looks up the dest GID's
+/// neighbour (ARP/ND) when a RoCE QP moves to RTR, and fails the modify when none answers.
+fn no_neighbour(f: &FailedAv, gids_known: bool) -> Option<Diagnosis> {
+    // ETIMEDOUT (no ARP/ND answer), EHOSTUNREACH, ENETUNREACH, EADDRNOTAVAIL.
+    if ![-110, -113, -101, -99].contains(&f.ret) {
+        return None;
+    }
+    let addr = crate::format::gid_text(&f.dgid);
+    Some(Diagnosis {
+        kind: "unreachable",
+        ts_ns: f.ts_ns,
+        wall_ns: f.wall_ns,
+        pid: f.pid,
+        comm: f.comm.clone(),
+        dev: Some(f.key.dev.clone()),
+        qpn: Some(f.key.qpn),
+        cause: format!(
+            "the destination of QP {:#x} on {} is unreachable: no route or neighbour for its dest \
+             GID {addr}, so the kernel refused the modify {}",
+            f.key.qpn, f.key.dev, f.transition
+        ),
+        evidence: vec![
+            format!(
+                "modify {} of QP {:#x} on {} failed: {}",
+                f.transition,
+                f.key.qpn,
+                f.key.dev,
+                crate::format::errno_text(f.ret)
+            ),
+            format!(
+                "dest GID {addr}, source GID index {}{}",
+                f.sgid_index,
+                if gids_known {
+                    ": consistent with the port's GID table"
+                } else {
+                    " (the GID table was not read)"
+                }
+            ),
+        ],
+        fix: format!(
+            "check the peer address the program was given ({addr}: a stale or wrong out-of-band \
+             exchange?), that the peer host is up, and the route and neighbour to it (ip route \
+             get, ip neigh) from the RDMA device's netdev"
+        ),
+        consequences: vec![format!("QP {:#x} never reached RTR", f.key.qpn)],
+    })
 }
 
 mod chain;

@@ -3,10 +3,24 @@
 //! (`mr_reg_failed`).
 
 use super::{Diagnoser, Diagnosis};
-use crate::event::{AsyncElement, AsyncEvent, QpCaps, Record, ResType, Resource, UmemFailed};
+use crate::event::{
+    AsyncElement, AsyncEvent, QpCaps, QueueCaps, Record, ResType, Resource, UmemFailed,
+};
 
 impl Diagnoser {
     pub fn resource(&mut self, r: &Resource) {
+        if let (ResType::Mr, true, Some(m)) = (r.res_type, r.added, &r.mr) {
+            let list = self.mrs.entry((r.dev.clone(), r.owner_pid)).or_default();
+            if list.len() >= super::MRS_KEPT {
+                list.remove(0);
+            }
+            list.push(super::MrSeen {
+                rkey: m.rkey,
+                length: m.length,
+                access: m.access,
+            });
+            return;
+        }
         if r.res_type != ResType::Cq {
             return;
         }
@@ -120,6 +134,85 @@ impl Diagnoser {
                 format!(
                     "ask for no more than the device allows (`ibv_devinfo -v` on {dev} lists \
                      max_qp_wr and max_sge), or spread the work over more QPs"
+                ),
+            )
+        };
+        self.found.push(Diagnosis {
+            kind: "create_failed",
+            ts_ns: rec.ts_ns,
+            wall_ns: rec.wall_ns,
+            pid: rec.pid,
+            comm: rec.comm.clone(),
+            dev: (!c.dev.is_empty()).then(|| c.dev.clone()),
+            qpn: None,
+            cause,
+            evidence,
+            fix,
+            consequences: vec!["the creation returned an error to the program".into()],
+        });
+    }
+
+    /// `create_failed`: a refused CQ or SRQ creation, with the depth or SGEs asked above the
+    /// device's.
+    pub fn queue_caps(&mut self, rec: &Record, c: &QueueCaps) {
+        let dev = if c.dev.is_empty() {
+            "?"
+        } else {
+            c.dev.as_str()
+        };
+        let (depth_limit, sge_limit) = c.limit_names();
+        let what = if c.queue == "CQ" { "entries" } else { "max_wr" };
+        let mut over = Vec::new();
+        if c.dev_max_depth != 0 && c.depth > c.dev_max_depth {
+            over.push(format!(
+                "{what} {} above {dev}'s {depth_limit} {}",
+                c.depth, c.dev_max_depth
+            ));
+        }
+        if c.dev_max_sge != 0 && c.sge > c.dev_max_sge {
+            over.push(format!(
+                "max_sge {} above {dev}'s {sge_limit} {}",
+                c.sge, c.dev_max_sge
+            ));
+        }
+        let errno = crate::format::errno_text(c.ret);
+        let q = c.queue;
+        let mut evidence = vec![format!("create of a {q} on {dev} failed: {errno}")];
+        if q == "CQ" {
+            evidence.push(format!(
+                "asked: {} entries; {dev} allows: max_cqe {}",
+                c.depth, c.dev_max_depth
+            ));
+        } else {
+            evidence.push(format!(
+                "asked: max_wr {}, max_sge {}; {dev} allows: max_srq_wr {}, max_srq_sge {}",
+                c.depth, c.sge, c.dev_max_depth, c.dev_max_sge
+            ));
+        }
+        let (cause, fix) = if over.is_empty() {
+            (
+                format!(
+                    "pid {} ({}) could not create a {q} on {dev}: {errno}; nothing asked is above the device's limits",
+                    rec.pid, rec.comm
+                ),
+                "check the other limits (`ibv_devinfo -v`: max_cq, max_srq, the completion                  vector) and the process's locked-memory limit"
+                    .to_string(),
+            )
+        } else {
+            (
+                format!(
+                    "pid {} ({}) could not create a {q} on {dev}: {}",
+                    rec.pid,
+                    rec.comm,
+                    over.join(", ")
+                ),
+                format!(
+                    "ask for no more than the device allows (`ibv_devinfo -v` on {dev} lists                      {depth_limit}{}), or spread the work over more {q}s",
+                    if sge_limit.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and {sge_limit}")
+                    }
                 ),
             )
         };
