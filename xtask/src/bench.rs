@@ -3,11 +3,13 @@
 //!
 //! - replay: criterion bench of read + decode + correlate over a synthetic recording
 //! - size: bytes/event of real and synthetic recordings
+//! - attach: `rdmatrace trace` from exec to ready on this host, and where the time went
 //! - storm: a fork/exit storm on this host under `rdmatrace record` (delivered, lost, CPU, RSS)
 //! - serve: the metrics agent's pipeline at 1,000 processes / 10,000 QPs, and a day of churn
 //! - lab: perftest over Soft-RoCE, interleaved without a tracer / with rdmatrace / with
 //!   bpftrace; attach time, peak RSS
 
+mod attach;
 mod bigfile;
 mod lab;
 mod replay;
@@ -77,6 +79,9 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
     )?;
     eprintln!("\n== bench 1/3: replay throughput (criterion)");
     let replay = replay::run()?;
+    eprintln!("\n== bench: attach time on this host");
+    // A failure is reported in BENCHMARKS.md, not fatal to the other figures.
+    let attach = attach::run(10).map_err(|e| format!("{e:#}"));
     eprintln!(
         "\n== bench 2/3: ingest storm on this host ({} s)",
         o.storm_secs
@@ -105,6 +110,7 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         reproduce: &reproduce(o),
         replay: &replay,
         storms: &storms,
+        attach: attach.as_ref(),
         big: big.as_ref(),
         serve: serve.as_ref(),
         lab: lab.as_ref().map(|r| r.as_ref()),

@@ -380,13 +380,15 @@ fn lab_tiers() -> Vec<(String, Tier)> {
             )]
         }
     };
-    let script = match lab_script() {
-        Ok(s) => s,
-        Err(e) => return vec![("lab".into(), Tier::Failed(format!("{e:#}")))],
-    };
+    let newest = kernels.first().cloned().unwrap_or_default();
     kernels
         .into_iter()
         .map(|ver| {
+            let skips: &[&str] = if ver == newest { &[] } else { OLD_KERNEL_SKIPS };
+            let script = match lab_script(skips) {
+                Ok(s) => s,
+                Err(e) => return (format!("lab {ver}"), Tier::Failed(format!("{e:#}"))),
+            };
             eprintln!("\n== lab tests on {ver}");
             let mut first = lab::run_on(Some(&ver), Some(&script));
             let mut again = "";
@@ -397,8 +399,17 @@ fn lab_tiers() -> Vec<(String, Tier)> {
                 first = lab::run_on(Some(&ver), Some(&script));
                 again = " (on a second boot: the first VM died, exit 255)";
             }
+            let subset = if skips.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} tests that check the analysis, not a probe, run on the newest kernel only: {})",
+                    skips.len(),
+                    skips.join(", ")
+                )
+            };
             let tier = match first {
-                Ok(0) => Tier::Passed(format!("every lab test binary passed{again}")),
+                Ok(0) => Tier::Passed(format!("every lab test binary passed{again}{subset}")),
                 Ok(lab::VM_DIED) => Tier::Failed(format!(
                     "the VM died (exit 255: kernel panic or VM crash){again}"
                 )),
@@ -410,16 +421,35 @@ fn lab_tiers() -> Vec<(String, Tier)> {
         .collect()
 }
 
-/// Builds the tracer, the workloads and the lab test binaries; the script that runs them.
-fn lab_script() -> anyhow::Result<String> {
+/// Lab tests run on the newest lab kernel only: each checks a diagnosis from probes that other
+/// tests already check on the older kernel too (6.1's probe paths: TCP byte counts before 6.3,
+/// the umem, queue and modify offsets, 1 KiB rxe writes), so on 6.1 it would test the same
+/// analysis twice. Keeps the whole suite under an hour.
+const OLD_KERNEL_SKIPS: &[&str] = &[
+    "lab_a_healthy_qperf_run_and_its_teardown_get_no_diagnosis",
+    "lab_a_destination_nobody_answers_for_is_unreachable",
+    "lab_a_receive_buffer_shorter_than_the_message_is_the_receivers_local_error",
+    "lab_a_dest_qpn_that_does_not_exist_is_named_on_the_sending_qp",
+    "lab_a_local_ack_timeout_below_the_round_trip_is_timeout_too_small",
+    "lab_a_process_whose_namespace_has_no_rdma_device_is_no_rdma_device",
+];
+
+/// Builds the tracer, the workloads and the lab test binaries; the script that runs them. The
+/// tests run a release build of the tracer (`RDMATRACE_BIN`): under emulation a debug build
+/// took ~30 s to attach against ~10 s, and every lab test starts the tracer at least once.
+fn lab_script(skips: &[&str]) -> anyhow::Result<String> {
     cmd::run(cargo().args(["build", "-p", "rdmatrace", "-p", "rdmatrace-workloads"]))?;
+    cmd::run(cargo().args(["build", "--release", "-p", "rdmatrace", "--bin", "rdmatrace"]))?;
     let bins = lab_test_binaries()?;
+    let tracer = cmd::repo_root().join("target/release/rdmatrace");
     let workloads = cmd::repo_root().join("target/debug");
     let mut script = String::from("set -u\nstatus=0\n");
     for bin in &bins {
         script += &format!(
-            "echo '== lab tests: {name}'\nRDMATRACE_WORKLOADS={w} {b} --ignored --test-threads=1 || status=1\n",
+            "echo '== lab tests: {name}'\nRDMATRACE_BIN={t} RDMATRACE_WORKLOADS={w} {b} --ignored --test-threads=1{s} || status=1\n",
+            s = skips.iter().map(|n| format!(" --skip {n}")).collect::<String>(),
             name = bin.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            t = tracer.display(),
             w = workloads.display(),
             b = bin.display()
         );

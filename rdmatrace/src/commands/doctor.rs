@@ -245,6 +245,10 @@ fn probe_checks() -> Vec<Check> {
             for n in &tracer.report.notes {
                 c.push(check(Level::Off, "detail", n.clone(), None));
             }
+            for (phase, d) in &tracer.report.timings {
+                let ms = format!("{:.1} ms", d.as_secs_f64() * 1e3);
+                c.push(check(Level::Ok, format!("start-up: {phase}"), ms, None));
+            }
         }
         Err(e) => c.push(check(
             Level::Bad,

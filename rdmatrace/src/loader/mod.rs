@@ -3,6 +3,7 @@
 
 use crate::btf;
 pub mod copies;
+mod resolve;
 pub mod uprobe;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use aya::{
 use rdmatrace_common::config::ProbeConfig;
 
 use crate::collect::{Area, Hook, ProbeSpec, Role, AREAS};
+use resolve::{kernel_has, LibSymbols, Phases};
 
 /// The compiled kernel programs, embedded at build time.
 static PROBES_OBJ: &[u8] =
@@ -50,6 +52,8 @@ pub enum LoadError {
     Config(#[source] aya::maps::MapError),
     #[error("no probe could attach on this kernel:\n{0}")]
     NothingAttached(String),
+    #[error("the thread loading the eBPF object panicked")]
+    LoaderThread,
 }
 
 /// Settings for one load.
@@ -110,6 +114,8 @@ pub struct AttachReport {
     pub probes: Vec<ProbeStatus>,
     /// Details left out because an optional BTF member is missing.
     pub notes: Vec<String>,
+    /// Where the start-up time went, phase by phase (shown by `doctor`).
+    pub timings: Vec<(&'static str, std::time::Duration)>,
 }
 
 impl AttachReport {
@@ -185,11 +191,6 @@ fn kprobes_supported() -> bool {
     std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
 }
 
-/// Whether the running kernel (or a loaded module) has the function `name`.
-fn kernel_has(name: &str) -> bool {
-    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|k| kallsyms_has(&k, name))
-}
-
 /// `addr type name [module]` lines: is `name` a text symbol?
 fn kallsyms_has(kallsyms: &str, name: &str) -> bool {
     kallsyms.lines().any(|l| {
@@ -239,6 +240,7 @@ fn attach_one(
     aya_btf: Option<&Btf>,
     opts: &LoadOptions,
     lib_dirs: &[PathBuf],
+    libs: &mut LibSymbols,
 ) -> Result<(), String> {
     let prog = ebpf
         .program_mut(spec.program)
@@ -271,7 +273,7 @@ fn attach_one(
         }
         Hook::Uprobe { lib, cookie } => {
             let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
-            attach_uprobe(prog, spec.target, &path, cookie)?;
+            attach_uprobe(prog, spec.target, &path, cookie, libs)?;
         }
         Hook::PerfCpuClock => {
             let hz = opts.cpu_hz.ok_or("no sampling frequency given")?;
@@ -301,62 +303,37 @@ fn attach_one(
 
 /// Loads the object, resolves every area's offsets, attaches what this kernel allows.
 pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
-    let mut kbtf = btf::KernelBtf::open(&opts.btf_dir).map_err(|source| LoadError::Btf {
-        dir: opts.btf_dir.clone(),
-        source,
+    let mut phases = Phases::new();
+    // The loader's own BTF parse and the object load do not need the offsets: they run on a
+    // second thread while this one reads BTF and resolves every area's offsets.
+    let (resolved, loaded) = std::thread::scope(|s| {
+        let loader = s.spawn(|| {
+            let t = std::time::Instant::now();
+            // Parsed once: for the object's relocations and for the tp_btf programs.
+            let btf = Btf::from_sys_fs().ok();
+            let parsed = t.elapsed();
+            let ebpf = EbpfLoader::new()
+                .btf(btf.as_ref())
+                .map_max_entries("EVENTS", opts.ringbuf_bytes)
+                .load(PROBES_OBJ);
+            (btf, ebpf, parsed, t.elapsed() - parsed)
+        });
+        let resolved = resolve::areas(opts, areas);
+        (resolved, loader.join())
+    });
+    let (cfg, usable, mut report) = resolved?;
+    phases.mark("kernel BTF read, offsets resolved");
+    let (aya_btf, ebpf, parsed, object) = loaded.map_err(|_| LoadError::LoaderThread)?;
+    phases.out.push(("(beside it) kernel BTF parsed for the loader", parsed));
+    phases.out.push(("(beside it) eBPF object loaded, maps created", object));
+    let mut ebpf = ebpf.map_err(|e| {
+        if is_permission(&e) {
+            LoadError::Permission { source: e }
+        } else {
+            LoadError::Object(e)
+        }
     })?;
-    let mut cfg = ProbeConfig::unresolved();
-    if opts.traced_pids.is_some() {
-        cfg.filter_mode = rdmatrace_common::config::FILTER_TRACED;
-        cfg.follow_forks = u32::from(opts.follow_forks);
-    }
-    if opts.cgroup_filter {
-        // Processes of the cgroups user space keeps in WANTED_CGROUPS, and any in TRACED.
-        cfg.filter_mode = rdmatrace_common::config::FILTER_CGROUP;
-    }
-    let mut report = AttachReport::default();
-    let mut usable: Vec<&Area> = Vec::new();
-    let profile = opts.cpu_hz.map(|_| &crate::collect::profile::AREA);
-    for area in areas.iter().chain(profile) {
-        if opts.no_probe.iter().any(|n| n == area.name) {
-            report
-                .probes
-                .extend(area.probes.iter().map(|spec| ProbeStatus {
-                    area: area.name,
-                    rdma: area.rdma,
-                    spec: *spec,
-                    state: ProbeState::Off("switched off (--no-probe)".into()),
-                }));
-            continue;
-        }
-        match (area.resolve)(&mut kbtf, &mut cfg) {
-            Ok(notes) => {
-                report
-                    .notes
-                    .extend(notes.into_iter().map(|n| format!("{}: {n}", area.name)));
-                usable.push(area);
-            }
-            Err(e) => report
-                .probes
-                .extend(area.probes.iter().map(|spec| ProbeStatus {
-                    area: area.name,
-                    rdma: area.rdma,
-                    spec: *spec,
-                    state: ProbeState::Off(e.to_string()),
-                })),
-        }
-    }
-
-    let mut ebpf = EbpfLoader::new()
-        .map_max_entries("EVENTS", opts.ringbuf_bytes)
-        .load(PROBES_OBJ)
-        .map_err(|e| {
-            if is_permission(&e) {
-                LoadError::Permission { source: e }
-            } else {
-                LoadError::Object(e)
-            }
-        })?;
+    phases.mark("waiting for the object load");
     {
         let map = ebpf
             .map_mut("CONFIG")
@@ -369,16 +346,28 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         insert_traced(&mut ebpf, *pid)?;
     }
 
-    let aya_btf = Btf::from_sys_fs().ok();
+    phases.mark("config set");
     let lib_dirs = uprobe::library_dirs();
+    let mut libs = LibSymbols::new();
+    let mut kallsyms = None;
     for area in usable {
         for spec in area.probes {
             let state = if let Some(why) = report.standby_reason(area.name, spec) {
                 ProbeState::Standby(why)
             } else {
-                match attach_one(&mut ebpf, spec, aya_btf.as_ref(), opts, &lib_dirs) {
+                let r = attach_one(&mut ebpf, spec, aya_btf.as_ref(), opts, &lib_dirs, &mut libs);
+                phases.mark(match spec.hook {
+                    Hook::Kprobe | Hook::Kretprobe => "kprobes verified and attached",
+                    Hook::BtfTracepoint => "tracepoints verified and attached",
+                    Hook::Uprobe { .. } => "uprobes verified and attached",
+                    Hook::PerfCpuClock => "perf events opened",
+                });
+                match r {
                     Ok(()) => ProbeState::Attached,
-                    Err(_) if spec.role == Role::WherePresent && !kernel_has(spec.target) => {
+                    Err(_)
+                        if spec.role == Role::WherePresent
+                            && !kernel_has(&mut kallsyms, spec.target) =>
+                    {
                         ProbeState::Standby(format!(
                             "not needed: this kernel has no {}",
                             spec.target
@@ -395,6 +384,8 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
             });
         }
     }
+    phases.mark("kprobes verified and attached");
+    report.timings = phases.out;
     if report.attached().next().is_none() {
         return Err(LoadError::NothingAttached(report.off_lines().join("\n")));
     }
@@ -408,8 +399,14 @@ fn attach_uprobe(
     symbol: &str,
     path: &std::path::Path,
     cookie: u64,
+    libs: &mut LibSymbols,
 ) -> Result<(), String> {
-    let offset = uprobe::symbol_offset(path, symbol).map_err(|e| e.to_string())?;
+    let symbols = libs
+        .entry(path.to_path_buf())
+        .or_insert_with(|| uprobe::Symbols::read(path).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(Clone::clone)?;
+    let offset = symbols.offset(symbol).map_err(|e| e.to_string())?;
     let p: &mut UProbe = prog.try_into().map_err(program_error)?;
     match p.load() {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
@@ -457,6 +454,7 @@ impl Tracer {
             .collect();
         let mut n = 0;
         let mut first_err = None;
+        let mut libs = LibSymbols::new();
         for spec in specs {
             let Hook::Uprobe { cookie, .. } = spec.hook else {
                 continue;
@@ -464,7 +462,7 @@ impl Tracer {
             let Some(prog) = self.ebpf.program_mut(spec.program) else {
                 continue;
             };
-            match attach_uprobe(prog, spec.target, path, cookie) {
+            match attach_uprobe(prog, spec.target, path, cookie, &mut libs) {
                 Ok(()) => n += 1,
                 Err(e) => {
                     first_err.get_or_insert(e);

@@ -117,50 +117,83 @@ pub fn find_library(lib: &str, dirs: &[PathBuf]) -> Result<PathBuf, UprobeError>
 /// File offset of `symbol`'s code in the shared object at `path`: the default version when
 /// the symbol is versioned, a defined function in any case.
 pub fn symbol_offset(path: &Path, symbol: &str) -> Result<u64, UprobeError> {
-    let data = std::fs::read(path).map_err(|source| UprobeError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let elf_err = |source| UprobeError::Elf {
-        path: path.to_path_buf(),
-        source,
-    };
-    let header = FileHeader64::<Endianness>::parse(&*data).map_err(elf_err)?;
-    let endian = header.endian().map_err(elf_err)?;
-    let sections = header.sections(endian, &*data).map_err(elf_err)?;
-    let symbols = sections
-        .symbols(endian, &*data, object::elf::SHT_DYNSYM)
-        .map_err(elf_err)?;
-    let versions = sections.versions(endian, &*data).map_err(elf_err)?;
-    let segments = header.program_headers(endian, &*data).map_err(elf_err)?;
-    let mut fallback = None;
-    for (index, sym) in symbols.enumerate() {
-        if sym.is_undefined(endian) || sym.st_type() != object::elf::STT_FUNC {
-            continue;
-        }
-        if symbols.symbol_name(endian, sym).ok() != Some(symbol.as_bytes()) {
-            continue;
-        }
-        let vaddr = sym.st_value(endian);
-        let Some(offset) = segments.iter().find_map(|ph| {
-            let start = ph.p_vaddr(endian);
-            (ph.p_type(endian) == PT_LOAD && (start..start + ph.p_filesz(endian)).contains(&vaddr))
-                .then(|| vaddr - start + ph.p_offset(endian))
-        }) else {
-            continue;
+    Symbols::read(path)?.offset(symbol)
+}
+
+/// The defined functions of one shared object with their file offsets, read once for all the
+/// uprobes that go into it (each lookup would otherwise read and parse the file again).
+#[derive(Debug)]
+pub struct Symbols {
+    path: PathBuf,
+    /// name -> (offset, hidden: a compat version, used only when no default one exists).
+    offsets: std::collections::HashMap<Vec<u8>, (u64, bool)>,
+}
+
+impl Symbols {
+    pub fn read(path: &Path) -> Result<Symbols, UprobeError> {
+        let data = std::fs::read(path).map_err(|source| UprobeError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let elf_err = |source| UprobeError::Elf {
+            path: path.to_path_buf(),
+            source,
         };
-        let hidden = versions
-            .as_ref()
-            .is_some_and(|v| v.version_index(endian, index).is_hidden());
-        if !hidden {
-            return Ok(offset);
+        let header = FileHeader64::<Endianness>::parse(&*data).map_err(elf_err)?;
+        let endian = header.endian().map_err(elf_err)?;
+        let sections = header.sections(endian, &*data).map_err(elf_err)?;
+        let symbols = sections
+            .symbols(endian, &*data, object::elf::SHT_DYNSYM)
+            .map_err(elf_err)?;
+        let versions = sections.versions(endian, &*data).map_err(elf_err)?;
+        let segments = header.program_headers(endian, &*data).map_err(elf_err)?;
+        let mut offsets = std::collections::HashMap::new();
+        for (index, sym) in symbols.enumerate() {
+            if sym.is_undefined(endian) || sym.st_type() != object::elf::STT_FUNC {
+                continue;
+            }
+            let Ok(name) = symbols.symbol_name(endian, sym) else {
+                continue;
+            };
+            let vaddr = sym.st_value(endian);
+            let Some(offset) = segments.iter().find_map(|ph| {
+                let start = ph.p_vaddr(endian);
+                (ph.p_type(endian) == PT_LOAD
+                    && (start..start + ph.p_filesz(endian)).contains(&vaddr))
+                .then(|| vaddr - start + ph.p_offset(endian))
+            }) else {
+                continue;
+            };
+            let hidden = versions
+                .as_ref()
+                .is_some_and(|v| v.version_index(endian, index).is_hidden());
+            // The first default version wins; a hidden one only holds the place until then.
+            match offsets.entry(name.to_vec()) {
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert((offset, hidden));
+                }
+                std::collections::hash_map::Entry::Occupied(mut e) if e.get().1 && !hidden => {
+                    e.insert((offset, false));
+                }
+                std::collections::hash_map::Entry::Occupied(_) => {}
+            }
         }
-        fallback.get_or_insert(offset);
+        Ok(Symbols {
+            path: path.to_path_buf(),
+            offsets,
+        })
     }
-    fallback.ok_or_else(|| UprobeError::NoSymbol {
-        path: path.to_path_buf(),
-        symbol: symbol.to_string(),
-    })
+
+    /// `symbol`'s file offset: the default version when versioned.
+    pub fn offset(&self, symbol: &str) -> Result<u64, UprobeError> {
+        self.offsets
+            .get(symbol.as_bytes())
+            .map(|(o, _)| *o)
+            .ok_or_else(|| UprobeError::NoSymbol {
+                path: self.path.clone(),
+                symbol: symbol.to_string(),
+            })
+    }
 }
 
 #[cfg(test)]

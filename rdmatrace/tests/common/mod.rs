@@ -25,8 +25,13 @@ use serde_json::Value;
 
 pub const READY: &str = "Hit Ctrl-C to end.";
 
+/// The rdmatrace binary under test: this build's, or `RDMATRACE_BIN` (the lab tier runs a
+/// release build: under emulation a debug build takes three times as long to attach).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_rdmatrace")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("RDMATRACE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rdmatrace").into())
+    })
 }
 
 /// Where the rdma-sys workloads were built (`cargo build -p rdmatrace-workloads`).

@@ -57,6 +57,7 @@ pub struct Inputs<'a> {
     pub reproduce: &'a str,
     pub replay: &'a Replay,
     pub storms: &'a [Storm],
+    pub attach: Result<&'a super::attach::Attach, &'a String>,
     pub big: Result<&'a super::bigfile::BigReplay, &'a String>,
     pub serve: Result<&'a super::serve::ServeLoad, &'a String>,
     pub lab: Option<Result<&'a LabResults, &'a String>>,
@@ -474,6 +475,7 @@ pub fn markdown(i: &Inputs<'_>) -> String {
         i.reproduce, m.date, m.cpus, m.cpu, m.mem, m.kernel, m.rustc, m.load_before, i.load_after
     );
     replay_section(&mut s, i.replay);
+    super::attach::section(&mut s, i.attach);
     size_section(&mut s, i);
     storm_section(&mut s, i.storms);
     big_section(&mut s, i.big);

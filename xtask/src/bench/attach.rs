@@ -1,0 +1,147 @@
+//! Attach time on this host: `rdmatrace trace` from its exec to its ready line, with every probe
+//! this host's kernel offers, several runs; and where one start-up spent its time, phase by
+//! phase, as `rdmatrace doctor --json` reports it.
+
+use std::{
+    fmt::Write as _,
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+
+use super::{median, release_bin};
+
+/// The target of issue #14: ready in under this, on this host.
+pub const TARGET_MS: f64 = 300.0;
+
+/// The line `trace` prints once its probes are attached.
+const READY: &str = "Tracing RDMA QP events";
+
+pub struct Attach {
+    pub runs: u32,
+    /// Exec to ready line, per run.
+    pub ready_ms: Vec<f64>,
+    /// (phase, duration text) of one start-up (`doctor --json`'s `start-up:` items).
+    pub phases: Vec<(String, String)>,
+    pub attached: usize,
+    pub off: usize,
+}
+
+/// Exec to the ready line of one `trace` run, which then ends by itself.
+fn once() -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let mut child = Command::new(release_bin("rdmatrace"))
+        .args(["trace", "--json", "--duration", "0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run rdmatrace trace")?;
+    let stderr = child.stderr.take().context("no stderr")?;
+    let mut ready = None;
+    let mut said = String::new();
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap_or_default();
+        if ready.is_none() && line.contains(READY) {
+            ready = Some(start.elapsed());
+        }
+        said.push_str(&line);
+        said.push('\n');
+    }
+    let status = child.wait().context("cannot wait for rdmatrace trace")?;
+    let ready = ready.with_context(|| format!("no ready line ({status}): {said}"))?;
+    Ok(ready.as_secs_f64() * 1e3)
+}
+
+pub fn run(runs: u32) -> anyhow::Result<Attach> {
+    // One warm-up: the first run after a build reads the binary and BTF from disk.
+    once()?;
+    let mut ready_ms = Vec::new();
+    for _ in 0..runs {
+        ready_ms.push(once()?);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = Command::new(release_bin("rdmatrace"))
+        .args(["doctor", "--json"])
+        .output()
+        .context("cannot run rdmatrace doctor")?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("doctor --json")?;
+    let items = v["data"].as_array().cloned().unwrap_or_default();
+    let text = |i: &serde_json::Value, k: &str| i[k].as_str().unwrap_or("").to_string();
+    let phases = items
+        .iter()
+        .filter_map(|i| {
+            let item = text(i, "item");
+            item.strip_prefix("start-up: ")
+                .map(|p| (p.to_string(), text(i, "detail")))
+        })
+        .collect();
+    let probes = items.iter().filter(|i| text(i, "item").starts_with("probe "));
+    let (mut attached, mut off) = (0, 0);
+    for p in probes {
+        if text(p, "detail") == "attached" {
+            attached += 1;
+        } else if text(p, "status") == "unavailable" {
+            off += 1;
+        }
+    }
+    Ok(Attach {
+        runs,
+        ready_ms,
+        phases,
+        attached,
+        off,
+    })
+}
+
+pub fn section(s: &mut String, a: Result<&Attach, &String>) {
+    let _ = writeln!(s, "## Attach time (this host)\n");
+    let a = match a {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = writeln!(s, "Not measured: {e}\n");
+            return;
+        }
+    };
+    let med = median(&a.ready_ms);
+    let min = a.ready_ms.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = a.ready_ms.iter().copied().fold(0.0, f64::max);
+    let _ = writeln!(
+        s,
+        "Target: ready in under {TARGET_MS:.0} ms with every probe this host's kernel offers. \
+         Reproduce: `target/release/rdmatrace trace --json --duration 0.2`, timed from its exec \
+         to its ready line, {} runs after one warm-up. This host's kernel offers tracepoints, \
+         tp_btf and uprobes but no kprobes: {} probes attached, {} off (as `rdmatrace doctor` \
+         lists them).\n",
+        a.runs, a.attached, a.off
+    );
+    let _ = writeln!(s, "| runs | median | min | max | target met |");
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| {} | {} | {:.0} ms | {:.0} ms | {} |\n",
+        a.runs,
+        med.map_or("not measured".into(), |m| format!("{m:.0} ms")),
+        min,
+        max,
+        match med {
+            Some(m) if m < TARGET_MS => "yes",
+            Some(_) => "no",
+            None => "not measured",
+        }
+    );
+    if !a.phases.is_empty() {
+        let _ = writeln!(
+            s,
+            "Where one start-up went (`rdmatrace doctor --json`, its `start-up:` items; the \
+             doctor also loads the CPU-profile area):\n"
+        );
+        let _ = writeln!(s, "| phase | time |");
+        let _ = writeln!(s, "|---|---|");
+        for (p, d) in &a.phases {
+            let _ = writeln!(s, "| {p} | {d} |");
+        }
+        let _ = writeln!(s);
+    }
+}
