@@ -328,7 +328,10 @@ fn parse_area(s: &str) -> Result<String, String> {
     if names.contains(&s) {
         Ok(s.to_string())
     } else {
-        Err(format!("no probe area {s:?}; the areas are: {}", names.join(", ")))
+        Err(format!(
+            "no probe area {s:?}; the areas are: {}",
+            names.join(", ")
+        ))
     }
 }
 

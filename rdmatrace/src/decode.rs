@@ -6,12 +6,11 @@ use rdmatrace_common::event::{
     async_source, attr_mask as mask, element, reason, transport, verbs_func,
     AsyncEvent as RawAsync, CgroupEvent, CmEvent as RawCm, CounterSample, CpuSampleEvent,
     CqNotifySample, EventHeader, EventKind, GidSample, PortSample, ProcessEvent, QpCapsEvent,
-    QueueCapsEvent, QUEUE_SRQ,
     QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample,
-    QpTrafficSample, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent,
-    TcpTuple as RawTcp, UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_MIN_RNR_TIMER, AV_SGID_INDEX,
-    MIN_RNR_TIMER_SHIFT,
-    QP_TRAFFIC_SAMPLE_V1, RESOURCE_EVENT_V1, STATE_UNKNOWN, TCP_BYTES_SAMPLE_V1,
+    QpTrafficSample, QueueCapsEvent, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent,
+    TcpTuple as RawTcp, UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_MIN_RNR_TIMER,
+    AV_SGID_INDEX, MIN_RNR_TIMER_SHIFT, QP_TRAFFIC_SAMPLE_V1, QUEUE_SRQ, RESOURCE_EVENT_V1,
+    STATE_UNKNOWN, TCP_BYTES_SAMPLE_V1,
 };
 
 use crate::{
@@ -19,9 +18,10 @@ use crate::{
     event::{
         cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
         AsyncElement, AsyncEvent, Body, CmEvent, CompactString, CounterDelta, CpuSample,
-        CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCaps, QueueCaps, QpCounterDelta,
-        QpInfo, QpKey, QpResRow, QpState, QpTrafficDelta, Record, ResChange, ResType, Resource,
-        Retransmit, TcpBytesDelta, TcpState, TcpTuple, Transport, UmemFailed, VerbsCall, WcError,
+        CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCaps, QpCounterDelta,
+        QpInfo, QpKey, QpResRow, QpState, QpTrafficDelta, QueueCaps, Record, ResChange, ResType,
+        Resource, Retransmit, TcpBytesDelta, TcpState, TcpTuple, Transport, UmemFailed, VerbsCall,
+        WcError,
     },
 };
 

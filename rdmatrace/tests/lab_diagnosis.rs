@@ -282,7 +282,15 @@ fn lab_a_healthy_qperf_run_and_its_teardown_get_no_diagnosis() {
         let spid = server.id();
         let (cpid, out) = client_until_ok(
             "qperf",
-            &["-cm1", "-t", "2", "192.0.2.2", "rc_bw", "rc_lat", "rc_rdma_write_bw"],
+            &[
+                "-cm1",
+                "-t",
+                "2",
+                "192.0.2.2",
+                "rc_bw",
+                "rc_lat",
+                "rc_rdma_write_bw",
+            ],
             |o| o.contains("rc_rdma_write_bw") && o.contains("bw  ="),
         );
         let _ = wait_killing(server, 0);
@@ -297,7 +305,9 @@ fn lab_a_healthy_qperf_run_and_its_teardown_get_no_diagnosis() {
     );
     // The server serves each test from a child of its own.
     assert!(
-        procs.iter().any(|p| rdma(&p) && p["pid"] != json!(cpid) && p["pid"] != json!(spid)),
+        procs
+            .iter()
+            .any(|p| rdma(&p) && p["pid"] != json!(cpid) && p["pid"] != json!(spid)),
         "a server child of {spid}: {procs:#?}"
     );
     assert_eq!(diagnoses(&data), Vec::<Value>::new(), "{out}");
@@ -340,8 +350,9 @@ fn lab_a_receive_buffer_shorter_than_the_message_is_the_receivers_local_error() 
     // invalid request on other drivers), its consequence.
     // (A write from outside the sender's MR would be a local protection error, but rxe on
     // 6.12 reports only the flushes for it.)
-    let (data, (pid, out, code)) =
-        recorded("lab-local-error", || mover(&["--mib", "1", "--short-recv"], &[]));
+    let (data, (pid, out, code)) = recorded("lab-local-error", || {
+        mover(&["--mib", "1", "--short-recv"], &[])
+    });
     assert_eq!(code, Some(2), "the send must fail: {out}");
     assert!(out.contains("status 11"), "REM_OP_ERR at the sender: {out}");
     let (rdev, rqpn) = mover_qp(&out, "receiver");
@@ -356,10 +367,7 @@ fn lab_a_receive_buffer_shorter_than_the_message_is_the_receivers_local_error() 
         "{d:#}"
     );
     // rxe reports the short receive as a local QP operation error (LOC_LEN_ERR elsewhere).
-    assert!(
-        d["evidence"].to_string().contains("LOC_QP_OP_ERR"),
-        "{d:#}"
-    );
+    assert!(d["evidence"].to_string().contains("LOC_QP_OP_ERR"), "{d:#}");
     assert!(
         d["consequences"].to_string().contains(&format!(
             "the sending QP {sqpn:#x} on {sdev} of pid {pid} (rt-mover) failed with REM_OP_ERR"
@@ -484,8 +492,9 @@ fn lab_a_cq_or_srq_larger_than_the_device_allows_is_create_failed_with_the_limit
         ("--cq-depth", "rxe0", "entries", "max_cqe"),
         ("--srq-depth", "rxe1", "max_wr", "max_srq_wr"),
     ] {
-        let (data, (pid, out, code)) =
-            recorded("lab-create-queue", || mover(&["--mib", "1", flag, "4194304"], &[]));
+        let (data, (pid, out, code)) = recorded("lab-create-queue", || {
+            mover(&["--mib", "1", flag, "4194304"], &[])
+        });
         assert_eq!(code, Some(1), "{out}");
         let diags = diagnoses(&data);
         assert_eq!(diags.len(), 1, "{flag}: {diags:#?}\n{out}");
@@ -498,9 +507,10 @@ fn lab_a_cq_or_srq_larger_than_the_device_allows_is_create_failed_with_the_limit
         );
         let max = devinfo_limit(dev, limit);
         assert!(
-            d["cause"].as_str().unwrap_or_default().contains(&format!(
-                "{what} 4194304 above {dev}'s {limit} {max}"
-            )),
+            d["cause"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&format!("{what} 4194304 above {dev}'s {limit} {max}")),
             "{d:#}"
         );
     }

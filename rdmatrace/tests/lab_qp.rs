@@ -400,12 +400,15 @@ fn lab_remote_access_error_is_diagnosed_on_the_writing_qp() {
     // The target MR (the receiver's, same process) was registered without remote access.
     let (rdev, _) = mover_qp(&out, "receiver");
     assert!(
-        d["cause"]
-            .to_string()
-            .contains(&format!("pid {pid} (rt-mover) registered its MRs on {rdev} without remote access")),
+        d["cause"].to_string().contains(&format!(
+            "pid {pid} (rt-mover) registered its MRs on {rdev} without remote access"
+        )),
         "{d:#}"
     );
-    assert!(d["evidence"].to_string().contains("access LOCAL_WRITE\""), "{d:#}");
+    assert!(
+        d["evidence"].to_string().contains("access LOCAL_WRITE\""),
+        "{d:#}"
+    );
 }
 
 #[test]

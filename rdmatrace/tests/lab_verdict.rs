@@ -340,7 +340,14 @@ fn lab_without_rxe_traffic_probes_verdicts_come_from_port_counters_marked_estima
     // over RDMA: zero packets on the port says it fell back (without the counters it would
     // be `mixed`, RDMA bytes unknown).
     let (fb_pid, out, code) = mover(
-        &["--mib", "0", "--side-tcp-mib", "8", "--side-tcp-to", "192.0.2.2"],
+        &[
+            "--mib",
+            "0",
+            "--side-tcp-mib",
+            "8",
+            "--side-tcp-to",
+            "192.0.2.2",
+        ],
         &[],
     );
     assert_eq!(code, Some(0), "{out}");
@@ -389,7 +396,11 @@ fn lab_without_rxe_traffic_probes_verdicts_come_from_port_counters_marked_estima
     };
     for (pid, want, who) in [
         (rdma_pid, "rdma", "rt-mover 16 MiB"),
-        (fb_pid, "tcp_fallback", "rt-mover over TCP with connected QPs"),
+        (
+            fb_pid,
+            "tcp_fallback",
+            "rt-mover over TCP with connected QPs",
+        ),
         (cpid, "rdma", "ib_write_bw client"),
         (spid, "rdma", "ib_write_bw server"),
     ] {
@@ -404,10 +415,13 @@ fn lab_without_rxe_traffic_probes_verdicts_come_from_port_counters_marked_estima
         assert_eq!(p["rdma_tx_bytes"], json!(0), "{who}: {p:#}");
         let est = &p["rdma_estimated"];
         assert_eq!(est["from_packets"], json!(true), "{who}: {p:#}");
-        let packets = est["tx_packets"].as_u64().unwrap_or(0) + est["rx_packets"].as_u64().unwrap_or(0);
+        let packets =
+            est["tx_packets"].as_u64().unwrap_or(0) + est["rx_packets"].as_u64().unwrap_or(0);
         if want == "rdma" {
             assert!(
-                p["evidence"].to_string().contains("estimated: the port's packet counters"),
+                p["evidence"]
+                    .to_string()
+                    .contains("estimated: the port's packet counters"),
                 "{who}: {p:#}"
             );
         } else {
@@ -420,8 +434,19 @@ fn lab_without_rxe_traffic_probes_verdicts_come_from_port_counters_marked_estima
     assert!(mv["tx_packets"].as_u64().unwrap_or(0) >= 16 << 10, "{mv:#}");
     // The ib_write_bw client sent 200 x 64 KiB from rxe0; its server received them on rxe1.
     let client = &proc_of(cpid)["rdma_estimated"];
-    assert!(client["tx_packets"].as_u64().unwrap_or(0) >= 200 * 64, "{client:#}");
+    assert!(
+        client["tx_packets"].as_u64().unwrap_or(0) >= 200 * 64,
+        "{client:#}"
+    );
     let server = &proc_of(spid)["rdma_estimated"];
-    assert!(server["rx_packets"].as_u64().unwrap_or(0) >= 200 * 64, "{server:#}");
-    assert_eq!(r["data"]["diagnoses"], json!([]), "{:#}", r["data"]["diagnoses"]);
+    assert!(
+        server["rx_packets"].as_u64().unwrap_or(0) >= 200 * 64,
+        "{server:#}"
+    );
+    assert_eq!(
+        r["data"]["diagnoses"],
+        json!([]),
+        "{:#}",
+        r["data"]["diagnoses"]
+    );
 }

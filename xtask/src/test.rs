@@ -16,13 +16,16 @@ use std::{
     collections::BTreeMap,
     io::{BufRead as _, BufReader},
     os::unix::fs::MetadataExt as _,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, ExitCode, ExitStatus, Stdio},
 };
 
 use anyhow::Context as _;
 
-use crate::{bootstrap, cmd, cross, lab};
+use crate::{bootstrap, cmd, cross};
+
+mod lab_tier;
+use lab_tier::lab_tiers;
 
 enum Tier {
     Passed(String),
@@ -325,137 +328,6 @@ fn needs_tiers(ignored: &Ignored) -> Vec<(String, Tier, SkippedTests)> {
             (tier.to_string(), result, skipped.clone())
         })
         .collect()
-}
-
-/// Builds the `lab*` test binaries and returns their paths.
-fn lab_test_binaries() -> anyhow::Result<Vec<PathBuf>> {
-    let out = cargo()
-        .args([
-            "test",
-            "--workspace",
-            "--exclude",
-            "rdmatrace-ebpf",
-            "--no-run",
-            "--message-format=json",
-        ])
-        .stderr(Stdio::inherit())
-        .output()
-        .context("cannot run cargo test --no-run")?;
-    anyhow::ensure!(out.status.success(), "building the tests failed");
-    let mut bins = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let is_lab_test = msg["reason"] == "compiler-artifact"
-            && msg["profile"]["test"] == true
-            && msg["target"]["kind"]
-                .as_array()
-                .is_some_and(|k| k.iter().any(|k| k == "test"))
-            && msg["target"]["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("lab"));
-        if let (true, Some(exe)) = (is_lab_test, msg["executable"].as_str()) {
-            bins.push(PathBuf::from(exe));
-        }
-    }
-    anyhow::ensure!(!bins.is_empty(), "no lab* test binaries were built");
-    // One order on every run: the lab's tests change shared state (devices, links, counters).
-    bins.sort_by_key(|b| b.file_name().map(|n| n.to_os_string()));
-    Ok(bins)
-}
-
-/// The lab tier on each lab kernel: the newest with rdma_rxe (Debian backports) and bookworm's
-/// 6.1, one boot each, the same binaries. `(kernel, result)`.
-fn lab_tiers() -> Vec<(String, Tier)> {
-    let kernels = bootstrap::lab()
-        .and_then(|()| lab::find_kernel(None))
-        .and_then(|(_, newest)| Ok(vec![newest, bootstrap::old_lab_kernel()?]));
-    let kernels = match kernels {
-        Ok(k) => k,
-        Err(e) => {
-            return vec![(
-                "lab".into(),
-                Tier::Skipped(format!("the lab cannot run on this machine: {e:#}")),
-            )]
-        }
-    };
-    let newest = kernels.first().cloned().unwrap_or_default();
-    kernels
-        .into_iter()
-        .map(|ver| {
-            let skips: &[&str] = if ver == newest { &[] } else { OLD_KERNEL_SKIPS };
-            let script = match lab_script(skips) {
-                Ok(s) => s,
-                Err(e) => return (format!("lab {ver}"), Tier::Failed(format!("{e:#}"))),
-            };
-            eprintln!("\n== lab tests on {ver}");
-            let mut first = lab::run_on(Some(&ver), Some(&script));
-            let mut again = "";
-            // A guest that died (kernel panic, VM crash) is booted once more; the summary says
-            // so. A test failure is never retried.
-            if matches!(first, Ok(lab::VM_DIED)) {
-                eprintln!("\n== lab tests on {ver}, second boot: the first VM died (exit 255)");
-                first = lab::run_on(Some(&ver), Some(&script));
-                again = " (on a second boot: the first VM died, exit 255)";
-            }
-            let subset = if skips.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " ({} tests that check the analysis, not a probe, run on the newest kernel only: {})",
-                    skips.len(),
-                    skips.join(", ")
-                )
-            };
-            let tier = match first {
-                Ok(0) => Tier::Passed(format!("every lab test binary passed{again}{subset}")),
-                Ok(lab::VM_DIED) => Tier::Failed(format!(
-                    "the VM died (exit 255: kernel panic or VM crash){again}"
-                )),
-                Ok(code) => Tier::Failed(format!("lab tests exited with {code}{again}")),
-                Err(e) => Tier::Failed(format!("{e:#}{again}")),
-            };
-            (format!("lab {ver}"), tier)
-        })
-        .collect()
-}
-
-/// Lab tests run on the newest lab kernel only: each checks a diagnosis from probes that other
-/// tests already check on the older kernel too (6.1's probe paths: TCP byte counts before 6.3,
-/// the umem, queue and modify offsets, 1 KiB rxe writes), so on 6.1 it would test the same
-/// analysis twice. Keeps the whole suite under an hour.
-const OLD_KERNEL_SKIPS: &[&str] = &[
-    "lab_a_healthy_qperf_run_and_its_teardown_get_no_diagnosis",
-    "lab_a_destination_nobody_answers_for_is_unreachable",
-    "lab_a_receive_buffer_shorter_than_the_message_is_the_receivers_local_error",
-    "lab_a_dest_qpn_that_does_not_exist_is_named_on_the_sending_qp",
-    "lab_a_local_ack_timeout_below_the_round_trip_is_timeout_too_small",
-    "lab_a_process_whose_namespace_has_no_rdma_device_is_no_rdma_device",
-];
-
-/// Builds the tracer, the workloads and the lab test binaries; the script that runs them. The
-/// tests run a release build of the tracer (`RDMATRACE_BIN`): under emulation a debug build
-/// took ~30 s to attach against ~10 s, and every lab test starts the tracer at least once.
-fn lab_script(skips: &[&str]) -> anyhow::Result<String> {
-    cmd::run(cargo().args(["build", "-p", "rdmatrace", "-p", "rdmatrace-workloads"]))?;
-    cmd::run(cargo().args(["build", "--release", "-p", "rdmatrace", "--bin", "rdmatrace"]))?;
-    let bins = lab_test_binaries()?;
-    let tracer = cmd::repo_root().join("target/release/rdmatrace");
-    let workloads = cmd::repo_root().join("target/debug");
-    let mut script = String::from("set -u\nstatus=0\n");
-    for bin in &bins {
-        script += &format!(
-            "echo '== lab tests: {name}'\nRDMATRACE_BIN={t} RDMATRACE_WORKLOADS={w} {b} --ignored --test-threads=1{s} || status=1\n",
-            s = skips.iter().map(|n| format!(" --skip {n}")).collect::<String>(),
-            name = bin.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-            t = tracer.display(),
-            w = workloads.display(),
-            b = bin.display()
-        );
-    }
-    script += "exit $status\n";
-    Ok(script)
 }
 
 const CROSS: &str = "cross (aarch64, build only)";

@@ -66,7 +66,10 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
     cfg.cq_attr_cqe = offset_of(btf, "ib_cq_init_attr", "cqe")?;
     cfg.srq_attr_max_wr = offset_of(btf, "ib_srq_init_attr", "attr.max_wr")?;
     cfg.srq_attr_max_sge = offset_of(btf, "ib_srq_init_attr", "attr.max_sge")?;
-    for (i, f) in ["max_cqe", "max_srq_wr", "max_srq_sge"].into_iter().enumerate() {
+    for (i, f) in ["max_cqe", "max_srq_wr", "max_srq_sge"]
+        .into_iter()
+        .enumerate()
+    {
         cfg.dev_attr_queue[i] = offset_of(btf, "ib_device", &format!("attrs.{f}"))?;
     }
     Ok(Vec::new())

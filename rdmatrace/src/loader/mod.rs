@@ -324,8 +324,12 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let (cfg, usable, mut report) = resolved?;
     phases.mark("kernel BTF read, offsets resolved");
     let (aya_btf, ebpf, parsed, object) = loaded.map_err(|_| LoadError::LoaderThread)?;
-    phases.out.push(("(beside it) kernel BTF parsed for the loader", parsed));
-    phases.out.push(("(beside it) eBPF object loaded, maps created", object));
+    phases
+        .out
+        .push(("(beside it) kernel BTF parsed for the loader", parsed));
+    phases
+        .out
+        .push(("(beside it) eBPF object loaded, maps created", object));
     let mut ebpf = ebpf.map_err(|e| {
         if is_permission(&e) {
             LoadError::Permission { source: e }
@@ -355,7 +359,14 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
             let state = if let Some(why) = report.standby_reason(area.name, spec) {
                 ProbeState::Standby(why)
             } else {
-                let r = attach_one(&mut ebpf, spec, aya_btf.as_ref(), opts, &lib_dirs, &mut libs);
+                let r = attach_one(
+                    &mut ebpf,
+                    spec,
+                    aya_btf.as_ref(),
+                    opts,
+                    &lib_dirs,
+                    &mut libs,
+                );
                 phases.mark(match spec.hook {
                     Hook::Kprobe | Hook::Kretprobe => "kprobes verified and attached",
                     Hook::BtfTracepoint => "tracepoints verified and attached",

@@ -59,14 +59,14 @@ pub(super) fn areas<'a>(
 /// Whether the running kernel (or a loaded module) has the function `name`; `/proc/kallsyms`
 /// is read once per load, when first needed (it is megabytes).
 pub(super) fn kernel_has(kallsyms: &mut Option<String>, name: &str) -> bool {
-    let k = kallsyms.get_or_insert_with(|| {
-        std::fs::read_to_string("/proc/kallsyms").unwrap_or_default()
-    });
+    let k = kallsyms
+        .get_or_insert_with(|| std::fs::read_to_string("/proc/kallsyms").unwrap_or_default());
     super::kallsyms_has(k, name)
 }
 
 /// The symbol tables of the libraries uprobes go into, each read once.
-pub(super) type LibSymbols = std::collections::HashMap<std::path::PathBuf, Result<super::uprobe::Symbols, String>>;
+pub(super) type LibSymbols =
+    std::collections::HashMap<std::path::PathBuf, Result<super::uprobe::Symbols, String>>;
 
 /// Start-up phases timed into [`AttachReport::timings`].
 pub(super) struct Phases {

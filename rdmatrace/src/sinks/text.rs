@@ -186,7 +186,10 @@ pub fn line_in(rec: &Record, at: Option<&Place>) -> String {
         Body::QueueCaps(c) => (
             "caps",
             if c.queue == "CQ" {
-                format!("CQ asked {} entries; device max_cqe {}", c.depth, c.dev_max_depth)
+                format!(
+                    "CQ asked {} entries; device max_cqe {}",
+                    c.depth, c.dev_max_depth
+                )
             } else {
                 format!(
                     "SRQ asked wr {} sge {}; device max wr {} sge {}",

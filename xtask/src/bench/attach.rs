@@ -77,7 +77,9 @@ pub fn run(runs: u32) -> anyhow::Result<Attach> {
                 .map(|p| (p.to_string(), text(i, "detail")))
         })
         .collect();
-    let probes = items.iter().filter(|i| text(i, "item").starts_with("probe "));
+    let probes = items
+        .iter()
+        .filter(|i| text(i, "item").starts_with("probe "));
     let (mut attached, mut off) = (0, 0);
     for p in probes {
         if text(p, "detail") == "attached" {

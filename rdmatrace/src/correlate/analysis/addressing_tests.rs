@@ -203,7 +203,12 @@ fn an_rtr_refused_for_want_of_a_neighbour_is_unreachable() {
             ret: 0,
         };
         a.push(7, "mover", 2, create);
-        a.push(7, "mover", 2, modify_on("rxe0", 0x11, QpState::Init, 0, |_| {}));
+        a.push(
+            7,
+            "mover",
+            2,
+            modify_on("rxe0", 0x11, QpState::Init, 0, |_| {}),
+        );
         let rtr = modify_on("rxe0", 0x11, QpState::Rtr, ret, |m| {
             m.dgid = Some(NOBODY);
             m.sgid_index = Some(1);

@@ -90,7 +90,12 @@ fn rnr_names_the_receiver_and_lists_the_flushes_under_it() {
     let mut a = Analysis::default();
     connected(&mut a, 7, "sender", 0x11, 0x12);
     connected(&mut a, 8, "receiver", 0x12, 0x11);
-    a.push(8, "receiver", 5, modify(0x12, QpState::Rts, |m| m.min_rnr_timer = Some(12)));
+    a.push(
+        8,
+        "receiver",
+        5,
+        modify(0x12, QpState::Rts, |m| m.min_rnr_timer = Some(12)),
+    );
     a.push(0, "", 10, wc(0x11, 7, "sender", "RNR_RETRY_EXC_ERR"));
     for ts in 11..16 {
         a.push(0, "", ts, wc(0x11, 7, "sender", "WR_FLUSH_ERR"));
@@ -498,7 +503,10 @@ fn a_receive_too_short_is_the_receivers_local_error_and_the_senders_nak_its_cons
     a.push(0, "", 11, wc(0x11, 7, "mover", "REM_INV_REQ_ERR"));
     let r = a.finish();
     assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
-    assert_eq!((r.diagnoses[0].kind, r.diagnoses[0].qpn), ("local_error", Some(0x11)));
+    assert_eq!(
+        (r.diagnoses[0].kind, r.diagnoses[0].qpn),
+        ("local_error", Some(0x11))
+    );
 }
 
 #[test]
@@ -532,7 +540,8 @@ fn a_remote_access_error_names_the_targets_mrs_and_their_access() {
         let d = &r.diagnoses[0];
         assert_eq!((d.kind, d.qpn), ("remote_access", Some(0x11)));
         assert_eq!(
-            d.cause.contains("pid 8 (receiver) registered its MRs on rxe0 without remote access"),
+            d.cause
+                .contains("pid 8 (receiver) registered its MRs on rxe0 without remote access"),
             without,
             "{}",
             d.cause

@@ -84,7 +84,10 @@ impl PortShares {
     /// The estimate of a process that has moved nothing on `dev` yet.
     pub fn blank(&self, dev: &str) -> Estimate {
         Estimate {
-            from_packets: self.devs.get(dev).is_some_and(|d| d.counted && !d.has_bytes),
+            from_packets: self
+                .devs
+                .get(dev)
+                .is_some_and(|d| d.counted && !d.has_bytes),
             ..Default::default()
         }
     }
@@ -98,10 +101,14 @@ impl PortShares {
     /// QP life `life` of `pid` on `dev` became connected at `ts`.
     pub fn connected(&mut self, dev: &CompactString, life: usize, pid: u32, ts: u64) {
         let d = self.devs.entry(dev.clone()).or_default();
-        if d.spans.iter().any(|s| s.life == life && s.until_ns.is_none()) {
+        if d.spans
+            .iter()
+            .any(|s| s.life == life && s.until_ns.is_none())
+        {
             return;
         }
-        d.spans.retain(|s| s.until_ns.is_none_or(|u| u + KEEP_NS >= ts));
+        d.spans
+            .retain(|s| s.until_ns.is_none_or(|u| u + KEEP_NS >= ts));
         d.spans.push(Span {
             life,
             pid,
@@ -144,10 +151,7 @@ impl PortShares {
         if c.delta == 0 {
             return Vec::new();
         }
-        let start = prev
-            .unwrap_or(0)
-            .max(ts.saturating_sub(WINDOW_NS))
-            .min(ts);
+        let start = prev.unwrap_or(0).max(ts.saturating_sub(WINDOW_NS)).min(ts);
         // Connected QP-time of each process in (start, ts].
         let mut weights: Vec<(u32, u64)> = Vec::new();
         for s in &d.spans {

@@ -99,7 +99,13 @@ fn port_packets_make_an_rdma_verdict_and_a_connected_qp_that_moved_none_falls_ba
     assert_eq!(mover.verdict, Verdict::Rdma, "{:?}", mover.evidence);
     let e = mover.stats.rdma_estimate.expect("estimate");
     assert_eq!(
-        (e.tx_packets, e.tx_bytes, e.rx_packets, e.from_packets, e.shared),
+        (
+            e.tx_packets,
+            e.tx_bytes,
+            e.rx_packets,
+            e.from_packets,
+            e.shared
+        ),
         (16_400, 16_400 * 1024, 900, true, false)
     );
     assert!(
@@ -134,10 +140,9 @@ fn a_counter_change_is_shared_by_connected_qp_time_in_the_interval() {
     assert!((1990..=2010).contains(&a7.tx_packets), "{a7:?}");
     assert!((990..=1010).contains(&a8.tx_packets), "{a8:?}");
     assert!(a7.shared && a8.shared);
-    assert!(proc_of(&r, 8)
-        .evidence
-        .iter()
-        .any(|l| l.ends_with("shared by connected QP-time with other processes on the same device")));
+    assert!(proc_of(&r, 8).evidence.iter().any(
+        |l| l.ends_with("shared by connected QP-time with other processes on the same device")
+    ));
 }
 
 #[test]

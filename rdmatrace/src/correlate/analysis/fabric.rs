@@ -26,7 +26,11 @@ const SENDER_COUNTERS: &[&str] = &[
 ];
 /// Of [`SENDER_COUNTERS`], those that count timer expiries (rather than NAKs): they include the
 /// retries of the QPs left out.
-const TIMER_COUNTERS: &[&str] = &["completer_retry_err", "local_ack_timeout_err", "roce_adp_retrans"];
+const TIMER_COUNTERS: &[&str] = &[
+    "completer_retry_err",
+    "local_ack_timeout_err",
+    "roce_adp_retrans",
+];
 
 /// Port counters a receiving device counts gaps and repeats in.
 const RECEIVER_COUNTERS: &[&str] = &["out_of_seq_request", "out_of_sequence", "duplicate_request"];

@@ -12,7 +12,7 @@ fn sender(a: &mut Analysis, pid: u32, qpn: u32) {
     a.push(pid, "mover", 1, create);
 }
 
-fn timer(pid: u32, qpn: u32, reason: &'static str) -> Body {
+pub(super) fn timer(pid: u32, qpn: u32, reason: &'static str) -> Body {
     Body::Retransmit(Retransmit {
         transport: Transport::Rxe,
         reason,
@@ -23,7 +23,7 @@ fn timer(pid: u32, qpn: u32, reason: &'static str) -> Body {
     })
 }
 
-fn counter(dev: &str, name: &str, delta: u64) -> Body {
+pub(super) fn counter(dev: &str, name: &str, delta: u64) -> Body {
     Body::Counter(CounterDelta {
         dev: dev.into(),
         port: 1,

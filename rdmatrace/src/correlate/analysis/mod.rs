@@ -333,7 +333,10 @@ impl Analyzer {
                 }
                 if crate::ports::traffic_counter(&c.name).is_some() {
                     for (pid, e) in self.shares.counter(c, rec.ts_ns) {
-                        self.proc(pid, "").rdma_estimate.get_or_insert_default().add(&e);
+                        self.proc(pid, "")
+                            .rdma_estimate
+                            .get_or_insert_default()
+                            .add(&e);
                     }
                     let blank = self.shares.blank(&c.dev);
                     for pid in self.shares.owners(&c.dev) {

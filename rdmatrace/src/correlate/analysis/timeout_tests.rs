@@ -2,13 +2,22 @@
 //! (lab: timeouts 1, 4 and 8 gave 15-25 timer expiries per 16 MiB and duplicate requests at the
 //! receiver, timeout 14 none).
 use super::diagnosis_tests::{traffic, Analysis};
+use super::fabric_tests::{counter, timer};
 use super::*;
-use crate::event::{CounterDelta, ModifyAttrs, Retransmit, Transport};
+use crate::event::ModifyAttrs;
 use crate::testing::qp_info;
 
 /// QP `qpn` of `pid` on rxe0, in RTS with local ACK timeout `timeout`.
 fn sender(a: &mut Analysis, pid: u32, qpn: u32, timeout: u8) {
-    a.push(pid, "mover", 1, Body::QpCreate { qp: qp_info("rxe0", qpn), ret: 0 });
+    a.push(
+        pid,
+        "mover",
+        1,
+        Body::QpCreate {
+            qp: qp_info("rxe0", qpn),
+            ret: 0,
+        },
+    );
     let attrs = ModifyAttrs {
         attr_mask: 1,
         new_state: Some(QpState::Rts),
@@ -16,29 +25,16 @@ fn sender(a: &mut Analysis, pid: u32, qpn: u32, timeout: u8) {
         retry_cnt: Some(6),
         ..Default::default()
     };
-    a.push(pid, "mover", 2, Body::QpModify { qp: qp_info("rxe0", qpn), attrs, ret: 0 });
-}
-
-fn expiry(pid: u32, qpn: u32) -> Body {
-    Body::Retransmit(Retransmit {
-        transport: Transport::Rxe,
-        reason: "retransmit_timer",
-        qp: Some(qp_info("rxe0", qpn)),
-        tcp: None,
-        owner_pid: pid,
-        owner_comm: "mover".into(),
-    })
-}
-
-fn counter(dev: &str, name: &str, delta: u64) -> Body {
-    Body::Counter(CounterDelta {
-        dev: dev.into(),
-        port: 1,
-        hw: true,
-        name: name.into(),
-        value: delta,
-        delta,
-    })
+    a.push(
+        pid,
+        "mover",
+        2,
+        Body::QpModify {
+            qp: qp_info("rxe0", qpn),
+            attrs,
+            ret: 0,
+        },
+    );
 }
 
 /// A 16 MiB transfer whose timer fired 25 times, with what the port counters said.
@@ -47,7 +43,7 @@ fn run(timeout: u8, counters: &[(&str, &str, u64)]) -> Report {
     sender(&mut a, 7, 0x12, timeout);
     a.push(0, "", 5, traffic(0x12, 7, 17_068, 1_000));
     for ts in 6..31 {
-        a.push(0, "", ts, expiry(7, 0x12));
+        a.push(0, "", ts, timer(7, 0x12, "retransmit_timer"));
     }
     for (dev, name, delta) in counters {
         a.push(0, "", 40, counter(dev, name, *delta));
@@ -59,7 +55,10 @@ fn run(timeout: u8, counters: &[(&str, &str, u64)]) -> Report {
 fn timer_expiries_without_loss_under_a_short_timeout_are_timeout_too_small() {
     let r = run(
         1,
-        &[("rxe0", "completer_retry_err", 16), ("rxe1", "duplicate_request", 1055)],
+        &[
+            ("rxe0", "completer_retry_err", 16),
+            ("rxe1", "duplicate_request", 1055),
+        ],
     );
     assert_eq!(r.diagnoses.len(), 1, "{:#?}", r.diagnoses);
     let d = &r.diagnoses[0];
@@ -67,7 +66,11 @@ fn timer_expiries_without_loss_under_a_short_timeout_are_timeout_too_small() {
         (d.kind, d.pid, d.dev.as_deref(), d.qpn),
         ("timeout_too_small", 7, Some("rxe0"), Some(0x12))
     );
-    assert!(d.cause.contains("local ACK timeout (8.2 µs)"), "{}", d.cause);
+    assert!(
+        d.cause.contains("local ACK timeout (8.2 µs)"),
+        "{}",
+        d.cause
+    );
     assert!(d.cause.contains("fired 25 times"), "{}", d.cause);
     assert!(
         d.evidence.iter().any(|e| e
@@ -81,7 +84,10 @@ fn timer_expiries_without_loss_under_a_short_timeout_are_timeout_too_small() {
 fn the_same_expiries_under_a_long_timeout_are_lost_acknowledgements() {
     let r = run(
         14,
-        &[("rxe0", "completer_retry_err", 16), ("rxe1", "duplicate_request", 1055)],
+        &[
+            ("rxe0", "completer_retry_err", 16),
+            ("rxe1", "duplicate_request", 1055),
+        ],
     );
     let kinds: Vec<&str> = r.diagnoses.iter().map(|d| d.kind).collect();
     assert_eq!(kinds, ["fabric_loss"], "{:#?}", r.diagnoses);

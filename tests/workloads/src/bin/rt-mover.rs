@@ -193,7 +193,10 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     let mut dbuf = vec![0u8; chunk * DEPTH];
     // --past-mr: the MR covers half the buffer the writes are posted from.
     let registered = if o.past_mr { chunk / 2 } else { chunk };
-    let smr = src.reg_mr(&mut sbuf[..registered.max(1)], acc::IBV_ACCESS_LOCAL_WRITE.0)?;
+    let smr = src.reg_mr(
+        &mut sbuf[..registered.max(1)],
+        acc::IBV_ACCESS_LOCAL_WRITE.0,
+    )?;
     let remote = if o.no_remote_write {
         0
     } else {
@@ -219,7 +222,9 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         // Far above the QPNs rxe hands out on a lab host.
         qpn: if o.wrong_dest_qpn { 0xfedc0 } else { d_end.qpn },
         // An address nobody has: no neighbour, no answer.
-        gid: o.dest_addr.map_or(d_end.gid, |a| a.to_ipv6_mapped().octets()),
+        gid: o
+            .dest_addr
+            .map_or(d_end.gid, |a| a.to_ipv6_mapped().octets()),
         ..d_end
     };
     sqp.connect_with(&target, o.gid_index, o.retry_cnt, o.rnr_retry, o.timeout)?;

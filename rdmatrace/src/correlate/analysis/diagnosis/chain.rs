@@ -54,9 +54,9 @@ pub(super) struct Context<'a> {
 /// The RNR NAK delay an IB `min_rnr_timer` code stands for (IBTA table; 0 = 655.36 ms).
 fn min_rnr_text(t: u8) -> String {
     const US: [u32; 32] = [
-        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560,
-        3840, 5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880,
-        163_840, 245_760, 327_680, 491_520,
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+        5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+        245_760, 327_680, 491_520,
     ];
     ns_text(u64::from(US[usize::from(t & 31)]) * 1000)
 }
@@ -153,8 +153,10 @@ pub(super) fn diagnose(
                 .map(|l| l.iter().filter(|m| m.access.is_some()).copied().collect())
                 .unwrap_or_default();
             const REMOTE: u32 = 0b1110; // REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC
-            let none_remote =
-                !target_mrs.is_empty() && target_mrs.iter().all(|m| m.access.unwrap_or(0) & REMOTE == 0);
+            let none_remote = !target_mrs.is_empty()
+                && target_mrs
+                    .iter()
+                    .all(|m| m.access.unwrap_or(0) & REMOTE == 0);
             if let Some(p) = peer {
                 evidence.push(format!("the target is {}", peer_name(p)));
                 for m in target_mrs.iter().rev().take(4) {

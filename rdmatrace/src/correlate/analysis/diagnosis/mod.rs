@@ -70,6 +70,19 @@ pub(super) struct MrSeen {
     access: Option<u32>,
 }
 
+impl FailedAv {
+    /// The evidence line of the refusal: `modify INIT->RTR of QP 0x11 on rxe0 failed: ...`.
+    fn refused(&self) -> String {
+        format!(
+            "modify {} of QP {:#x} on {} failed: {}",
+            self.transition,
+            self.key.qpn,
+            self.key.dev,
+            crate::format::errno_text(self.ret)
+        )
+    }
+}
+
 /// MRs kept per (device, process): the latest.
 const MRS_KEPT: usize = 16;
 
@@ -280,13 +293,7 @@ impl Diagnoser {
                 out.extend(no_neighbour(f, self.addressing.knows(&f.key.dev)));
                 continue;
             };
-            let mut evidence = vec![format!(
-                "modify {} of QP {:#x} on {} failed: {}",
-                f.transition,
-                f.key.qpn,
-                f.key.dev,
-                crate::format::errno_text(f.ret)
-            )];
+            let mut evidence = vec![f.refused()];
             evidence.extend(found.evidence);
             out.push(Diagnosis {
                 kind: "gid_mismatch",
@@ -382,13 +389,7 @@ fn no_neighbour(f: &FailedAv, gids_known: bool) -> Option<Diagnosis> {
             f.key.qpn, f.key.dev, f.transition
         ),
         evidence: vec![
-            format!(
-                "modify {} of QP {:#x} on {} failed: {}",
-                f.transition,
-                f.key.qpn,
-                f.key.dev,
-                crate::format::errno_text(f.ret)
-            ),
+            f.refused(),
             format!(
                 "dest GID {addr}, source GID index {}{}",
                 f.sgid_index,
