@@ -33,7 +33,11 @@ enum Command {
         lab: bool,
     },
     /// Boot the Soft-RoCE lab VM and run CMD inside (bash, cwd = repo root); a shell without CMD.
+    /// With `--hosts 2`: two VMs, lab-a and lab-b, joined by a wire, CMD run on both.
     Lab {
+        /// 1: one VM with two NICs on one wire; 2: two VMs (CMD required).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+        hosts: u8,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
@@ -99,10 +103,14 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Lab { cmd } => {
+        Command::Lab { hosts, cmd } => {
             bootstrap::lab()?;
             let cmd = (!cmd.is_empty()).then(|| cmd.join(" "));
-            let status = lab::run(cmd.as_deref())?;
+            let status = match (hosts, cmd) {
+                (1, cmd) => lab::run(cmd.as_deref())?,
+                (_, Some(cmd)) => lab::run_two(None, &cmd)?,
+                (_, None) => anyhow::bail!("lab --hosts 2 needs a command to run on both hosts"),
+            };
             Ok(ExitCode::from(status.clamp(0, 255) as u8))
         }
         Command::Test {

@@ -1,14 +1,17 @@
 //! The Soft-RoCE lab: a Debian kernel with rdma_rxe booted under qemu by virtme-ng, the host's
 //! root filesystem shared read-only, `target/lab` writable. KVM when it really works here, TCG
-//! otherwise (decided by trying once per kernel, remembered in ~/.cache/rdmatrace).
+//! otherwise (decided by trying once per kernel, remembered in ~/.cache/rdmatrace). One VM with
+//! two NICs on one wire, or two VMs ([`hosts`]) joined by a wire.
+
+mod hosts;
+mod relay;
+
+pub use hosts::run_two;
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::mpsc,
-    thread,
     time::{Duration, Instant},
 };
 
@@ -23,7 +26,7 @@ psmouse,evdev,button,serio_raw,joydev,intel_rapl_msr,intel_rapl_common,ghash_clm
 bochs,qxl,virtio_gpu,floppy,parport_pc,ppdev,efi_pstore,qemu_fw_cfg,vmgenid,virtio_rng";
 
 /// Longest a lab command may run before it is killed.
-const LAB_TIMEOUT: Duration = Duration::from_secs(40 * 60);
+pub(super) const LAB_TIMEOUT: Duration = Duration::from_secs(40 * 60);
 
 /// Kernels in /boot that ship the rdma_rxe module, oldest version first: `(vmlinuz, version)`.
 pub fn rxe_kernels() -> anyhow::Result<Vec<(PathBuf, String)>> {
@@ -67,16 +70,23 @@ pub fn find_kernel(wanted: Option<&str>) -> anyhow::Result<(PathBuf, String)> {
     )
 }
 
-fn vng() -> anyhow::Result<PathBuf> {
+pub(super) fn vng() -> anyhow::Result<PathBuf> {
     find_tool("vng").context("virtme-ng (vng) not found; cargo xtask bootstrap --lab installs it")
 }
 
 fn base_args(kernel: &Path, kvm: bool, rwdir: &Path) -> Vec<String> {
+    let mut args = vm_args(kernel, kvm, rwdir);
+    args.extend(["--network", "loop"].map(String::from));
+    args
+}
+
+/// vng's arguments for a lab VM without its network.
+pub(super) fn vm_args(kernel: &Path, kvm: bool, rwdir: &Path) -> Vec<String> {
     let mut args: Vec<String> = Vec::new();
     if !kvm {
         args.push("--disable-kvm".into());
     }
-    args.extend(["-m", "2G", "--network", "loop", "--rwdir"].map(String::from));
+    args.extend(["-m", "2G", "--rwdir"].map(String::from));
     args.push(rwdir.display().to_string());
     args.push("-r".into());
     args.push(kernel.display().to_string());
@@ -87,7 +97,7 @@ fn base_args(kernel: &Path, kvm: bool, rwdir: &Path) -> Vec<String> {
 
 /// Whether KVM boots this kernel here. /dev/kvm may exist yet crash stock kernels (a software
 /// nested-virtualization module), so the only test is to try.
-fn kvm_works(kernel: &Path, ver: &str, rwdir: &Path) -> bool {
+pub(super) fn kvm_works(kernel: &Path, ver: &str, rwdir: &Path) -> bool {
     if !Path::new("/dev/kvm").exists() {
         return false;
     }
@@ -178,48 +188,7 @@ pub fn run_on(version: Option<&str>, cmd: Option<&str>) -> anyhow::Result<i32> {
         .stderr(Stdio::piped())
         .spawn()
         .context("cannot start vng")?;
-    let (tx, rx) = mpsc::channel::<(bool, String)>();
-    let mut relays = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        let tx = tx.clone();
-        relays.push(thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send((false, line));
-            }
-        }));
-    }
-    if let Some(err) = child.stderr.take() {
-        let tx = tx.clone();
-        relays.push(thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send((true, line));
-            }
-        }));
-    }
-    drop(tx);
-    let mut announced = false;
-    let mut last = String::new();
-    for (is_err, line) in rx {
-        if !line.trim().is_empty() {
-            last.clone_from(&line);
-        }
-        if !announced && line.contains("rdmatrace-lab: ready") {
-            announced = true;
-            eprintln!(
-                "lab: booted and set up in {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-        }
-        if is_err {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-            let _ = std::io::stdout().flush();
-        }
-    }
-    for r in relays {
-        let _ = r.join();
-    }
+    let last = relay::relay(&mut child, "", started);
     let status = child.wait().context("vng did not finish")?;
     eprintln!(
         "lab: done in {:.1} s ({status})",
