@@ -52,9 +52,12 @@ pub enum Command {
     /// Record every event to a file (crash-safe), for `trace --input` and `report` later.
     Record(RecordArgs),
     /// Post-mortem of a recording: verdicts, QP table, retransmit blame, anomalies (no root).
+    /// Several recordings (one per host): both ends of each connection paired, the hosts'
+    /// clocks aligned, faults localized to a direction and a host.
     Report {
-        /// A recording from `rdmatrace record`.
-        file: PathBuf,
+        /// Recordings from `rdmatrace record` (one per host).
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
         #[command(flatten)]
         output: OutputArgs,
     },

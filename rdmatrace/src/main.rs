@@ -16,7 +16,7 @@ fn run() -> anyhow::Result<ExitCode> {
         ),
         Command::Record(args) => commands::record::run(&args.to_config().map_err(|e| anyhow!(e))?),
         Command::Doctor { output } => commands::doctor::run(output.json()),
-        Command::Report { file, output } => commands::report::run(&file, output.json()),
+        Command::Report { files, output } => commands::report::run(&files, output.json()),
         Command::Verdict(args) => {
             commands::verdict::run(&args.to_config().map_err(|e| anyhow!(e))?)
         }

@@ -7,6 +7,7 @@
 pub mod analysis;
 pub mod cgroups;
 pub mod filter;
+pub mod fleet;
 
 use rustc_hash::FxHashMap;
 

@@ -18,6 +18,7 @@ use std::io;
 use crate::{correlate::Correlator, event::Record};
 
 pub mod flame;
+pub mod fleet;
 pub mod jsonl;
 pub mod metrics;
 pub mod recording;

@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod cgroup;
+pub mod hosts;
 pub mod lab;
 
 use std::{

@@ -89,6 +89,11 @@ impl Addressing {
             .min_by_key(|(p, _)| *p)
     }
 
+    /// The GID at `index` of `dev` (port 1 first).
+    pub fn gid_at(&self, dev: &str, index: u32) -> Option<[u8; 16]> {
+        self.entry(dev, index).map(|(_, e)| e.gid)
+    }
+
     /// The local device, port and index that own `gid`.
     fn owner(&self, gid: &[u8; 16]) -> Option<(&CompactString, u32, u32, &GidEntry)> {
         self.gids

@@ -253,6 +253,7 @@ impl Analyzer {
             Body::ProcessExit { exit_code, .. } => {
                 if let Some(p) = self.procs.get_mut(&rec.pid) {
                     p.exit_code = Some(*exit_code);
+                    p.exit_ns = Some(rec.ts_ns);
                 }
             }
             Body::TcpBytes(t) => {
@@ -494,6 +495,11 @@ impl Analyzer {
                     open as f64 / 1e9
                 ),
             });
+        }
+        for q in &mut self.book.qps {
+            q.local_gid = q
+                .sgid_index
+                .and_then(|i| self.diag.local_gid(&q.key.dev, i));
         }
         let processes = self.verdicts();
         let mut diagnoses = self.diag.finish(&self.book.qps, self.traffic_measured);

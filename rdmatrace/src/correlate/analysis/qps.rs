@@ -30,6 +30,14 @@ pub struct QpLife {
     pub peer_gid: Option<[u8; 16]>,
     /// The source GID index of its address vector (last modify that set one).
     pub sgid_index: Option<u32>,
+    /// The GID at `sgid_index` in its device's GID table (filled at the end of the analysis,
+    /// when the table was sampled): this end's address, as its peer knows it.
+    pub local_gid: Option<[u8; 16]>,
+    /// When it first entered RTR, RTS and ERR (monotonic ns): a connection's handshake, for
+    /// pairing both ends across hosts and aligning their clocks.
+    pub rtr_ns: Option<u64>,
+    pub rts_ns: Option<u64>,
+    pub err_ns: Option<u64>,
     pub tx_bytes: u64,
     pub tx_packets: u64,
     pub rx_bytes: u64,
@@ -58,6 +66,10 @@ impl QpLife {
             peer_qpn: None,
             peer_gid: None,
             sgid_index: None,
+            local_gid: None,
+            rtr_ns: None,
+            rts_ns: None,
+            err_ns: None,
             tx_bytes: 0,
             tx_packets: 0,
             rx_bytes: 0,
@@ -72,6 +84,13 @@ impl QpLife {
     /// Enters `new` at `ts`, closing the time spent in the state it leaves.
     pub(super) fn enter(&mut self, new: QpState, ts: u64) {
         self.close_interval(ts);
+        let first = match new {
+            QpState::Rtr => &mut self.rtr_ns,
+            QpState::Rts => &mut self.rts_ns,
+            QpState::Err => &mut self.err_ns,
+            _ => &mut None,
+        };
+        first.get_or_insert(ts);
         self.state = Some(new);
         self.state_since_ns = ts;
     }

@@ -66,6 +66,8 @@ pub struct ProcStats {
     pub retrans_rdma: u64,
     pub retrans_tcp: u64,
     pub exit_code: Option<i32>,
+    /// When it exited (monotonic ns), when seen.
+    pub exit_ns: Option<u64>,
     /// Its cgroup (container, pod), when known.
     pub place: Option<Arc<Place>>,
     /// Its transport variables (allowlisted environment), when read.

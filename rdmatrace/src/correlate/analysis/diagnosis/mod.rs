@@ -286,6 +286,11 @@ impl Diagnoser {
 
     /// The diagnoses of the run: CQ overruns as they came, and one per QP whose chain of errors
     /// started with a real error (not a flush), in time order.
+    /// The GID at `index` of `dev`'s table, when it was sampled.
+    pub fn local_gid(&self, dev: &str, index: u32) -> Option<[u8; 16]> {
+        self.addressing.gid_at(dev, index)
+    }
+
     pub fn finish(&self, qps: &[QpLife], traffic_measured: bool) -> Vec<Diagnosis> {
         let mut out = self.found.clone();
         for f in &self.failed_av {
