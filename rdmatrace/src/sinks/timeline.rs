@@ -33,6 +33,13 @@ impl<'a> TimelineSink<'a> {
     }
 }
 
+impl TimelineSink<'_> {
+    /// This sink's host index in the builder.
+    pub fn host(&self) -> usize {
+        self.host
+    }
+}
+
 impl Sink for TimelineSink<'_> {
     fn record(&mut self, rec: &Record, state: &Correlator) -> io::Result<()> {
         self.analyzer.push(rec, state);

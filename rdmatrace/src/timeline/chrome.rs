@@ -98,6 +98,14 @@ pub fn to_json(tl: &Timeline) -> Value {
                     "name": name, "ts": ts, "pid": pid, "tid": tid, "args": args,
                 })
             }
+            What::Flow {
+                name,
+                id,
+                terminating,
+            } => json!({
+                "ph": if *terminating { "f" } else { "s" }, "bp": "e", "cat": "handshake",
+                "id": id, "name": name, "ts": ts, "pid": pid, "tid": tid,
+            }),
             What::Counter(v) => {
                 let name = tl.track(e.track).map_or("", |t| t.name.as_str());
                 json!({"ph": "C", "name": name, "ts": ts, "pid": pid, "tid": 0,
@@ -108,7 +116,14 @@ pub fn to_json(tl: &Timeline) -> Value {
     let hosts: Vec<Value> = tl
         .hosts
         .iter()
-        .map(|h| json!({"name": h.name, "kernel": h.kernel, "clock_offset_ns": h.clock_offset_ns}))
+        .map(|h| {
+            let mut v =
+                json!({"name": h.name, "kernel": h.kernel, "clock_offset_ns": h.clock_offset_ns});
+            if let Some(n) = &h.clock_note {
+                v["clock_note"] = json!(n);
+            }
+            v
+        })
         .collect();
     json!({
         "traceEvents": events,

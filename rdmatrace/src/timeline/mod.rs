@@ -18,6 +18,7 @@
 //! several hosts line up on one time axis.
 
 pub mod chrome;
+pub mod flows;
 pub mod perfetto;
 
 use std::collections::BTreeMap;
@@ -113,6 +114,13 @@ pub enum What {
         args: Args,
     },
     Counter(f64),
+    /// One end of a flow arrow (`id`), from the event that starts it to the one that
+    /// `terminating` ends it: two ends of a connection's handshake on two hosts.
+    Flow {
+        name: String,
+        id: u64,
+        terminating: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -132,6 +140,8 @@ pub struct HostInfo {
     pub clock_offset_ns: i64,
     /// (monotonic, wall) of the host's first record, for the clock snapshot.
     pub first: Option<(u64, u64)>,
+    /// The correction applied to its clock to line it up with the other hosts, in words.
+    pub clock_note: Option<String>,
 }
 
 /// Tracks in display order (parents before children) and events sorted by time.
@@ -235,12 +245,20 @@ impl TimelineBuilder {
                 kernel: kernel.to_string(),
                 clock_offset_ns,
                 first: None,
+                clock_note: None,
             },
             procs: BTreeMap::new(),
             instants: Vec::new(),
             last_wall: 0,
         });
         self.hosts.len() - 1
+    }
+
+    /// Says how host `host`'s clock was corrected (shown on its track).
+    pub fn clock_note(&mut self, host: usize, note: String) {
+        if let Some(h) = self.hosts.get_mut(host) {
+            h.info.clock_note = Some(note);
+        }
     }
 
     /// Adds one record of host `host`, after `state` (that host's correlator) observed it.
@@ -433,7 +451,10 @@ impl TimelineBuilder {
             tl.tracks.push(Track {
                 uuid: host_uuid,
                 parent: None,
-                name: format!("host {}", h.info.name),
+                name: match &h.info.clock_note {
+                    Some(n) => format!("host {} ({n})", h.info.name),
+                    None => format!("host {}", h.info.name),
+                },
                 kind: TrackKind::Host,
                 host: hi,
                 pid: 0,

@@ -94,6 +94,10 @@ pub struct TrackEvent {
     pub double_counter_value: Option<f64>,
     #[prost(message, repeated, tag = "4")]
     pub debug_annotations: Vec<DebugAnnotation>,
+    #[prost(fixed64, repeated, tag = "47")]
+    pub flow_ids: Vec<u64>,
+    #[prost(fixed64, repeated, tag = "48")]
+    pub terminating_flow_ids: Vec<u64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -271,6 +275,33 @@ pub fn trace(tl: &Timeline) -> Trace {
                             name: Some(name.clone()),
                             r#type: Some(TYPE_INSTANT),
                             debug_annotations: args.iter().map(|(k, v)| annotation(k, v)).collect(),
+                            ..base
+                        },
+                    ),
+                ));
+            }
+            What::Flow {
+                name,
+                id,
+                terminating,
+            } => {
+                let n = timed.len();
+                let (flow_ids, terminating_flow_ids) = if *terminating {
+                    (Vec::new(), vec![*id])
+                } else {
+                    (vec![*id], Vec::new())
+                };
+                timed.push((
+                    e.wall_ns,
+                    n,
+                    packet(
+                        e.wall_ns,
+                        TrackEvent {
+                            categories: vec!["handshake".into()],
+                            name: Some(name.clone()),
+                            r#type: Some(TYPE_INSTANT),
+                            flow_ids,
+                            terminating_flow_ids,
                             ..base
                         },
                     ),

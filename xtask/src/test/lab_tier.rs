@@ -1,5 +1,6 @@
 //! The lab tier of `cargo xtask test`: the `lab_*` test binaries run inside one lab boot per
-//! lab kernel, against a release build of the tracer.
+//! lab kernel, against a release build of the tracer; the two-host tests ([`HOSTS_TESTS`]) in
+//! one boot of the two-host lab on the newest kernel.
 
 use std::{path::PathBuf, process::Stdio};
 
@@ -8,8 +9,12 @@ use anyhow::Context as _;
 use super::{cargo, Tier};
 use crate::{bootstrap, cmd, lab};
 
-/// Builds the `lab*` test binaries and returns their paths.
-fn lab_test_binaries() -> anyhow::Result<Vec<PathBuf>> {
+/// The test binary of the two-host lab (`cargo xtask lab --hosts 2`).
+const HOSTS_TESTS: &str = "lab_hosts";
+
+/// Builds the `lab*` test binaries and returns their paths: the one-host ones, and the
+/// two-host one.
+fn lab_test_binaries() -> anyhow::Result<(Vec<PathBuf>, PathBuf)> {
     let out = cargo()
         .args([
             "test",
@@ -24,6 +29,7 @@ fn lab_test_binaries() -> anyhow::Result<Vec<PathBuf>> {
         .context("cannot run cargo test --no-run")?;
     anyhow::ensure!(out.status.success(), "building the tests failed");
     let mut bins = Vec::new();
+    let mut hosts = None;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
@@ -37,13 +43,18 @@ fn lab_test_binaries() -> anyhow::Result<Vec<PathBuf>> {
                 .as_str()
                 .is_some_and(|n| n.starts_with("lab"));
         if let (true, Some(exe)) = (is_lab_test, msg["executable"].as_str()) {
-            bins.push(PathBuf::from(exe));
+            if msg["target"]["name"] == HOSTS_TESTS {
+                hosts = Some(PathBuf::from(exe));
+            } else {
+                bins.push(PathBuf::from(exe));
+            }
         }
     }
     anyhow::ensure!(!bins.is_empty(), "no lab* test binaries were built");
     // One order on every run: the lab's tests change shared state (devices, links, counters).
     bins.sort_by_key(|b| b.file_name().map(|n| n.to_os_string()));
-    Ok(bins)
+    let hosts = hosts.with_context(|| format!("the {HOSTS_TESTS} test binary was not built"))?;
+    Ok((bins, hosts))
 }
 
 /// The lab tier on each lab kernel: the newest with rdma_rxe (Debian backports) and bookworm's
@@ -62,11 +73,11 @@ pub(super) fn lab_tiers() -> Vec<(String, Tier)> {
         }
     };
     let newest = kernels.first().cloned().unwrap_or_default();
-    kernels
+    let mut tiers: Vec<(String, Tier)> = kernels
         .into_iter()
         .map(|ver| {
             let skips: &[&str] = if ver == newest { &[] } else { OLD_KERNEL_SKIPS };
-            let script = match lab_script(skips) {
+            let script = match lab_script(skips, false) {
                 Ok(s) => s,
                 Err(e) => return (format!("lab {ver}"), Tier::Failed(format!("{e:#}"))),
             };
@@ -99,7 +110,29 @@ pub(super) fn lab_tiers() -> Vec<(String, Tier)> {
             };
             (format!("lab {ver}"), tier)
         })
-        .collect()
+        .collect();
+    tiers.push((format!("lab 2 hosts {newest}"), two_host_tier(&newest)));
+    tiers
+}
+
+/// The two-host tests in one boot of the two-host lab (both VMs run the binary; each test
+/// coordinates its two halves through the shared folder).
+fn two_host_tier(ver: &str) -> Tier {
+    let script = match lab_script(&[], true) {
+        Ok(s) => s,
+        Err(e) => return Tier::Failed(format!("{e:#}")),
+    };
+    eprintln!("\n== two-host lab tests on {ver}");
+    match lab::run_two(Some(ver), &script) {
+        Ok(0) => Tier::Passed(
+            "every two-host test passed on both hosts (newest kernel only: the probes are the \
+             one-host tiers'; this tier checks pairing, clocks and localization)"
+                .into(),
+        ),
+        Ok(lab::VM_DIED) => Tier::Failed("a VM died (exit 255: kernel panic or VM crash)".into()),
+        Ok(code) => Tier::Failed(format!("two-host lab tests exited with {code}")),
+        Err(e) => Tier::Failed(format!("{e:#}")),
+    }
 }
 
 /// Lab tests run on the newest lab kernel only: each checks a diagnosis from probes that other
@@ -115,10 +148,11 @@ const OLD_KERNEL_SKIPS: &[&str] = &[
     "lab_a_process_whose_namespace_has_no_rdma_device_is_no_rdma_device",
 ];
 
-/// Builds the tracer, the workloads and the lab test binaries; the script that runs them. The
-/// tests run a release build of the tracer (`RDMATRACE_BIN`): under emulation a debug build
-/// took ~30 s to attach against ~10 s, and every lab test starts the tracer at least once.
-fn lab_script(skips: &[&str]) -> anyhow::Result<String> {
+/// Builds the tracer, the workloads and the lab test binaries; the script that runs them (the
+/// one-host binaries, or with `two_hosts` the two-host one). The tests run a release build of
+/// the tracer (`RDMATRACE_BIN`): under emulation a debug build took ~30 s to attach against
+/// ~10 s, and every lab test starts the tracer at least once.
+fn lab_script(skips: &[&str], two_hosts: bool) -> anyhow::Result<String> {
     cmd::run(cargo().args(["build", "-p", "rdmatrace", "-p", "rdmatrace-workloads"]))?;
     cmd::run(cargo().args([
         "build",
@@ -128,7 +162,8 @@ fn lab_script(skips: &[&str]) -> anyhow::Result<String> {
         "--bin",
         "rdmatrace",
     ]))?;
-    let bins = lab_test_binaries()?;
+    let (one_host, hosts) = lab_test_binaries()?;
+    let bins = if two_hosts { vec![hosts] } else { one_host };
     let tracer = cmd::repo_root().join("target/release/rdmatrace");
     let workloads = cmd::repo_root().join("target/debug");
     let mut script = String::from("set -u\nstatus=0\n");
