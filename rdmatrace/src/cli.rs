@@ -75,6 +75,9 @@ pub enum Command {
     /// instants, rate counters; Perfetto protobuf (default) or Chrome JSON. Several files (one per
     /// host) line up on UTC.
     Timeline(TimelineArgs),
+    /// Recordings (one per host) as Parquet tables for DuckDB, Spark or ClickHouse: events,
+    /// hosts, processes, qps, connections, retransmits, faults (docs/parquet.md).
+    Export(ExportArgs),
     /// An always-on agent for Prometheus: metrics per process and container on
     /// http://127.0.0.1:9477/metrics (loopback unless --listen says otherwise).
     Serve(ServeArgs),
@@ -580,4 +583,23 @@ impl FlamegraphArgs {
             folded: self.folded,
         }
     }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ExportArgs {
+    /// Recordings from `rdmatrace record` (one per host; paired and clock-aligned as `report`).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// The folder to write the tables into (created; existing tables are replaced).
+    #[arg(long, short = 'o')]
+    pub output: PathBuf,
+    /// The table format.
+    #[arg(long, value_enum, default_value_t = ExportFormatArg::Parquet)]
+    pub format: ExportFormatArg,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportFormatArg {
+    /// Apache Parquet, one file per table, Snappy-compressed.
+    Parquet,
 }

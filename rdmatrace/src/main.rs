@@ -22,6 +22,7 @@ fn run() -> anyhow::Result<ExitCode> {
         }
         Command::Top(args) => commands::top::run(&args.to_config().map_err(|e| anyhow!(e))?),
         Command::Timeline(args) => commands::timeline::run(&args.to_config()),
+        Command::Export(args) => commands::export::run(&args.files, &args.output),
         Command::Flamegraph(args) => commands::flamegraph::run(&args.to_config()),
         Command::Serve(args) => commands::serve::run(&args.to_config().map_err(|e| anyhow!(e))?),
     }

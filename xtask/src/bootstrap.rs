@@ -1,7 +1,11 @@
 //! Idempotent installation of what the build, the tests and the lab need. Each step first checks,
 //! and says whether it skipped or installed.
 
-use std::{fs, path::Path, process::Command};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
 use anyhow::{bail, Context as _};
 
@@ -213,7 +217,40 @@ const BROWSER_PACKAGES: &[(&str, Option<&str>)] = &[("chromium", None), ("promet
 /// What the host test tier needs besides the toolchain (a browser for screenshot tests,
 /// Prometheus and promtool).
 pub fn browser() -> anyhow::Result<()> {
-    apt(BROWSER_PACKAGES)
+    apt(BROWSER_PACKAGES)?;
+    duckdb()
+}
+
+/// The Python of the venv holding DuckDB (the export test queries Parquet tables with it).
+pub fn duckdb_python() -> PathBuf {
+    cache_dir().join("duckdb/bin/python")
+}
+
+/// DuckDB from PyPI in a venv of its own (`~/.cache/rdmatrace/duckdb`).
+pub fn duckdb() -> anyhow::Result<()> {
+    let py = duckdb_python();
+    let has = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import duckdb"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has(&py) {
+        say("duckdb present (skipped)");
+        return Ok(());
+    }
+    say("installing duckdb (PyPI) in a venv");
+    let venv = cache_dir().join("duckdb");
+    run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+    run(Command::new(&py).args(["-m", "pip", "install", "-q", "duckdb"]))?;
+    anyhow::ensure!(
+        has(&py),
+        "duckdb installed but {} cannot import it",
+        py.display()
+    );
+    Ok(())
 }
 
 /// Everything `cargo xtask lab` needs.

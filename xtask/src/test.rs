@@ -52,6 +52,8 @@ enum Need {
     Chromium,
     /// Prometheus' `promtool` (and the `prometheus` server, same package).
     Promtool,
+    /// DuckDB's Python package in the bootstrap's venv.
+    Duckdb,
 }
 
 /// An ignored test's tier and needs, by the start of its name (the first match wins).
@@ -62,6 +64,7 @@ const NEEDS: &[(&str, &str, &[Need])] = &[
     ("root_", "root", &[Need::Root]),
     ("chromium_", "chromium", &[Need::Chromium]),
     ("promtool_", "promtool", &[Need::Promtool]),
+    ("duckdb_", "duckdb", &[Need::Duckdb]),
     ("verbs_", "verbs", &[Need::Libibverbs]),
 ];
 
@@ -115,6 +118,12 @@ impl Need {
             .then(|| "needs chromium in PATH (apt-get install chromium)".into()),
             Need::Promtool => (!in_path("promtool"))
                 .then(|| "needs promtool in PATH (apt-get install prometheus)".into()),
+            Need::Duckdb => (!crate::bootstrap::duckdb_python().is_file()).then(|| {
+                format!(
+                    "needs DuckDB's Python package at {} (cargo xtask bootstrap)",
+                    crate::bootstrap::duckdb_python().display()
+                )
+            }),
         }
     }
 }

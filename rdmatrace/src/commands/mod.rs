@@ -1,6 +1,7 @@
 //! One file per subcommand: each picks its sink and wires it to the stage, live (`live`) or
 //! over recordings (`crate::replay`).
 pub mod doctor;
+pub mod export;
 pub mod flamegraph;
 pub mod live;
 pub mod places;

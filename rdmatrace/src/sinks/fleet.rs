@@ -210,8 +210,8 @@ pub fn text(f: &Fleet, kernels: &[String]) -> String {
             o += &format!("      unpaired: {why}\n");
         }
     }
-    o += "\nFAULTS (localized: FROM -> TO is the direction packets were lost in, or from the \
-          healthy side to the side at fault)\n";
+    o += "\nFAULTS (FROM -> TO: the direction packets were lost in, or healthy side -> side at \
+          fault)\n";
     if f.faults.is_empty() {
         o += "(none)\n";
     }

@@ -21,6 +21,7 @@ pub mod flame;
 pub mod fleet;
 pub mod jsonl;
 pub mod metrics;
+pub mod parquet;
 pub mod recording;
 pub mod report;
 pub mod text;

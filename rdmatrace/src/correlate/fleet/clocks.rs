@@ -105,7 +105,7 @@ pub fn align(hosts: &[HostInput], connections: &[Connection]) -> Vec<HostClock> 
         offset_ns: 0,
         uncertainty_ns: 0,
         aligned: true,
-        basis: "the reference clock (first recording)".into(),
+        basis: "the first recording's clock".into(),
     });
     // (offset, uncertainty) accumulate along the chain from host 0.
     let mut queue = VecDeque::from([(0usize, 0i128, 0i128)]);
@@ -137,8 +137,8 @@ pub fn align(hosts: &[HostInput], connections: &[Connection]) -> Vec<HostClock> 
                 uncertainty_ns: u.clamp(0, u64::MAX.into()) as u64,
                 aligned: true,
                 basis: format!(
-                    "from the handshakes of {} connection(s) with {}{via}: each end reached RTR \
-                     only after its peer's QP was created{conflict}",
+                    "{} handshake(s) with {}{via} (an end reaches RTR after its peer's QP \
+                     exists){conflict}",
                     rel.n, hosts[h].host
                 ),
             });
