@@ -95,11 +95,8 @@ fn export_writes_every_table_with_a_host_column_and_rows_for_what_was_recorded()
         replay as i64,
         "every event once"
     );
-    assert_eq!(
-        read(dir.path(), "connections").1,
-        2,
-        "one connection, two ends"
-    );
+    // The RC connection and its TCP control channel, two ends each.
+    assert_eq!(read(dir.path(), "connections").1, 4);
     assert_eq!(read(dir.path(), "faults").1, 1);
     assert_eq!(read(dir.path(), "hosts").1, 2);
     let mode = std::os::unix::fs::PermissionsExt::mode(

@@ -61,13 +61,33 @@ fn both_ends_are_paired_and_bs_clock_is_corrected_by_about_minus_two_and_a_half_
     for name in ["healthy", "loss-a", "loss-b", "peer-dead"] {
         let r = report(name);
         let conns = r["connections"].as_array().expect("connections");
-        assert_eq!(conns.len(), 1, "{name}: {r:#}");
+        // The RC connection, and the TCP connection ib_write_bw exchanged QPNs over.
+        assert_eq!(conns.len(), 2, "{name}: {r:#}");
         let ends = conns[0]["ends"].as_array().expect("ends");
+        assert_eq!(conns[0]["transport"], "RC", "{name}");
         assert_eq!(conns[0]["paired"], true, "{name}");
         assert_eq!(ends[0]["host"], "lab-a");
         assert_eq!(ends[1]["host"], "lab-b");
         assert_eq!(ends[0]["peer_qpn"], ends[1]["qpn"]);
         assert_eq!(ends[1]["peer_qpn"], ends[0]["qpn"]);
+        let tcp = conns[1]["ends"].as_array().expect("ends");
+        assert_eq!(conns[1]["transport"], "TCP", "{name}");
+        assert_eq!(conns[1]["paired"], true, "{name}");
+        assert_eq!(
+            (&tcp[0]["host"], &tcp[1]["host"]),
+            (&ends[0]["host"], &ends[1]["host"])
+        );
+        assert_eq!(
+            (&tcp[0]["pid"], &tcp[1]["pid"]),
+            (&ends[0]["pid"], &ends[1]["pid"])
+        );
+        assert_eq!(tcp[0]["remote"], "192.0.2.2:18515", "ib_write_bw's port");
+        assert_eq!(tcp[1]["local"], "192.0.2.2:18515");
+        assert_eq!(tcp[0]["local"], tcp[1]["remote"]);
+        assert_eq!(
+            (&tcp[0]["side"], &tcp[1]["side"]),
+            (&"active".into(), &"passive".into())
+        );
         let c = &r["hosts"][1]["clock"];
         let (off, unc) = (
             c["offset_ns"].as_i64().expect("offset"),

@@ -14,8 +14,9 @@ use super::{
 use crate::{
     clock::{hms_millis, rfc3339},
     correlate::{
+        analysis::handshakes::NetEnd,
         analysis::{Analyzer, Report},
-        fleet::{End, Fleet},
+        fleet::{pair::NetRef, End, Fleet},
         Correlator,
     },
     event::{qp_type_name, Record},
@@ -93,6 +94,44 @@ fn end_json(f: &Fleet, e: &End) -> Value {
     })
 }
 
+/// A TCP end: (host, its socket).
+fn socket<'a>(f: &'a Fleet, r: &NetRef) -> (&'a str, &'a NetEnd) {
+    (
+        f.hosts[r.0].host.as_str(),
+        &f.hosts[r.0].report.net_ends[r.1],
+    )
+}
+
+/// The last step a socket was seen in (`ESTABLISHED` for either side of the handshake).
+fn socket_state(e: &NetEnd) -> &str {
+    e.steps
+        .iter()
+        .max_by_key(|(_, t)| *t)
+        .map_or("?", |(n, _)| match n.as_str() {
+            "est_active" | "est_passive" => "ESTABLISHED",
+            n => n,
+        })
+}
+
+fn socket_json(f: &Fleet, r: &NetRef) -> Value {
+    let (host, e) = socket(f, r);
+    let t = |name: &str| e.step(name).map(|n| rfc3339(f.aligned(r.0, n)));
+    json!({
+        "host": host,
+        "dev": null,
+        "qpn": null,
+        "pid": e.pid,
+        "comm": e.comm,
+        "type": "TCP",
+        "local": e.local.to_string(),
+        "remote": e.remote.to_string(),
+        "state": socket_state(e),
+        "established": t("est_active").or_else(|| t("est_passive")),
+        "side": if e.step("est_active").is_some() { Some("active") }
+                else if e.step("est_passive").is_some() { Some("passive") } else { None },
+    })
+}
+
 /// The JSON document (docs/json.md, "Several hosts").
 pub fn to_json(f: &Fleet, kernels: &[String]) -> Value {
     let hosts: Vec<Value> = f
@@ -122,10 +161,14 @@ pub fn to_json(f: &Fleet, kernels: &[String]) -> Value {
         .connections
         .iter()
         .map(|c| {
+            let mut ends: Vec<Value> = c.ends.iter().map(|e| end_json(f, e)).collect();
+            ends.extend(c.sockets.iter().map(|r| socket_json(f, r)));
             json!({
                 "id": c.id,
+                "transport": c.transport,
+                "via_cm": c.via_cm,
                 "paired": c.paired(),
-                "ends": c.ends.iter().map(|e| end_json(f, e)).collect::<Vec<_>>(),
+                "ends": ends,
                 "unpaired": c.unpaired,
             })
         })
@@ -168,6 +211,18 @@ fn end_line(f: &Fleet, e: &End) -> String {
     )
 }
 
+fn socket_line(f: &Fleet, r: &NetRef) -> String {
+    let (host, e) = socket(f, r);
+    let port = format!(":{}", e.local.port());
+    let owner = format!("{} {}", e.pid, e.comm);
+    format!(
+        "{host:<12} {port:<15} {owner:<22} TCP  {} -> {} {}",
+        e.local,
+        e.remote,
+        socket_state(e)
+    )
+}
+
 fn secs_signed(ns: i64) -> String {
     format!("{:+.3} s", ns as f64 / 1e9)
 }
@@ -202,9 +257,14 @@ pub fn text(f: &Fleet, kernels: &[String]) -> String {
         o += "(no connected QP in the recordings)\n";
     }
     for c in &f.connections {
-        for (i, e) in c.ends.iter().enumerate() {
+        let lines = c
+            .ends
+            .iter()
+            .map(|e| end_line(f, e))
+            .chain(c.sockets.iter().map(|r| socket_line(f, r)));
+        for (i, line) in lines.enumerate() {
             let id = if i == 0 { c.id.as_str() } else { "" };
-            o += &format!("{id:<5} {}\n", end_line(f, e));
+            o += &format!("{id:<5} {line}\n");
         }
         if let Some(why) = &c.unpaired {
             o += &format!("      unpaired: {why}\n");

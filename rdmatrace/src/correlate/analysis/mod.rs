@@ -13,6 +13,7 @@ pub mod counters;
 pub mod diagnosis;
 pub mod estimate;
 pub mod fabric;
+pub mod handshakes;
 pub mod qps;
 pub mod transport;
 pub mod verdict;
@@ -54,6 +55,8 @@ pub struct Report {
     pub anomalies: Vec<Anomaly>,
     /// Faults named with cause, evidence and fix, in time order.
     pub diagnoses: Vec<Diagnosis>,
+    /// TCP and RDMA CM connection ends with their handshake steps.
+    pub net_ends: Vec<handshakes::NetEnd>,
 }
 
 /// Cloneable so a live view (`top`) can take a report now and keep accumulating.
@@ -77,6 +80,8 @@ pub struct Analyzer {
     counter_totals: counters::Totals,
     /// (pid, kind) of the process diagnoses [`Analyzer::fresh_diagnoses`] returned.
     announced_procs: rustc_hash::FxHashSet<(u32, &'static str)>,
+    /// TCP and RDMA CM connection ends, for pairing across hosts.
+    handshakes: handshakes::Handshakes,
 }
 
 impl Analyzer {
@@ -109,6 +114,7 @@ impl Analyzer {
         self.diag.forget_qps(|k| kept.contains(k));
         self.diag.forget_procs(&gone);
         self.diag.trim(keep_anomalies);
+        self.handshakes.forget_before(before_ns);
     }
 
     /// The verdict of every process with something worth one, now (no copy of the rest: a
@@ -256,6 +262,7 @@ impl Analyzer {
                     p.exit_ns = Some(rec.ts_ns);
                 }
             }
+            Body::TcpState(t) => self.handshakes.tcp(rec, t),
             Body::TcpBytes(t) => {
                 let p = self.proc(rec.pid, &rec.comm);
                 p.tcp_tx_bytes += t.tx_bytes;
@@ -363,7 +370,10 @@ impl Analyzer {
                 self.anomalies.async_event(rec, a);
                 self.diag.async_event(rec, a);
             }
-            Body::Cm(c) => self.anomalies.cm(rec, c),
+            Body::Cm(c) => {
+                self.anomalies.cm(rec, c);
+                self.handshakes.cm(rec, c);
+            }
             Body::Lost { count, cpu } => {
                 self.lost += count;
                 if let Some(cpu) = cpu {
@@ -539,6 +549,7 @@ impl Analyzer {
             port_counters,
             anomalies,
             diagnoses,
+            net_ends: self.handshakes.ends,
         }
     }
 }

@@ -1,19 +1,28 @@
-//! Aligning the hosts' clocks from the connections themselves. An end cannot reach RTR before
-//! its peer's QP exists (it is told the peer's QPN), so for paired ends `x` on host X and `y`
-//! on host Y, with `d` the correction to add to Y's clock:
+//! Aligning the hosts' clocks from the connections themselves. Each paired connection orders
+//! some events of one end before events of the other (a message is received after it is
+//! sent):
 //!
-//! ```text
-//! created(x) <= rtr(y) + d   and   created(y) + d <= rtr(x)
-//! ```
+//! - RC/UC QPs: an end reaches RTR only after its peer's QP exists (it was told the peer's QPN):
+//!   `created(x) -> rtr(y)` and `created(y) -> rtr(x)`;
+//! - RDMA CM: the passive side's CONNECT_REQUEST follows the active side's ROUTE_RESOLVED (the
+//!   REQ is sent after it), the active side's CONNECT_RESPONSE follows it (the REP), and the
+//!   passive side's ESTABLISHED follows that (the RTU);
+//! - TCP: the passive end is ESTABLISHED after the active end (the handshake's last ACK); a
+//!   FIN moves the peer to CLOSE_WAIT (or CLOSING) after the sender entered FIN_WAIT1, its ACK
+//!   moves the sender to FIN_WAIT2 after that; the last FIN moves the sender of the first to
+//!   TIME_WAIT after the peer entered LAST_ACK.
 //!
-//! Every paired connection bounds `d` this way; the bounds of all connections between two hosts
-//! are intersected, and the estimate is the middle of what is left, ± half its width. Hosts
-//! are aligned to the first input along the shortest chain of host pairs that share a
-//! connection; a host that shares none keeps its own clock and says so.
+//! With `d` the correction to add to host Y's clock to read host X's, `p` on X before `q` on Y
+//! means `p <= q + d` (a lower bound on `d`), `p` on Y before `q` on X means `p + d <= q` (an
+//! upper bound). All bounds between two hosts are combined (the highest lower, the lowest
+//! upper); the estimate is the middle, ± half the width. Hosts are aligned to the first input
+//! along the shortest chain of host pairs with both bounds; a host with none keeps its clock
+//! and says so.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{Connection, HostInput};
+use super::{pair::NetPair, Connection, HostInput};
+use crate::correlate::analysis::handshakes::Kind;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostClock {
@@ -27,76 +36,164 @@ pub struct HostClock {
     pub basis: String,
 }
 
-/// Bounds `[lo, hi]` on the correction of host `b`'s clock to host `a`'s, from `n` connections.
-#[derive(Clone, Copy, Debug)]
+/// Bounds on the correction of host `y`'s clock to host `x`'s (`x < y`).
+#[derive(Clone, Debug, Default)]
 struct Bounds {
-    lo: i128,
-    hi: i128,
-    n: usize,
-    /// Whether some connection's bounds did not overlap the others' (clocks stepped during
-    /// the recordings, or a wrong pairing): then the widest consistent reading is kept.
-    conflict: bool,
+    lo: Option<i128>,
+    hi: Option<i128>,
+    /// What contributed: connections by kind.
+    qps: usize,
+    cm: usize,
+    tcp: usize,
 }
 
 impl Bounds {
-    fn add(&mut self, lo: i128, hi: i128) {
-        let (nlo, nhi) = (self.lo.max(lo), self.hi.min(hi));
-        if nlo <= nhi {
-            (self.lo, self.hi) = (nlo, nhi);
-        } else {
-            self.conflict = true;
-        }
-        self.n += 1;
+    fn lower(&mut self, v: i128) {
+        self.lo = Some(self.lo.map_or(v, |l| l.max(v)));
     }
 
-    fn reversed(self) -> Bounds {
+    fn upper(&mut self, v: i128) {
+        self.hi = Some(self.hi.map_or(v, |h| h.min(v)));
+    }
+
+    /// (middle, half width, whether the bounds crossed), when both are known.
+    fn estimate(&self) -> Option<(i128, i128, bool)> {
+        let (lo, hi) = (self.lo?, self.hi?);
+        let (a, b) = (lo.min(hi), lo.max(hi));
+        Some((a + (b - a) / 2, (b - a + 1) / 2, lo > hi))
+    }
+
+    fn reversed(&self) -> Bounds {
         Bounds {
-            lo: -self.hi,
-            hi: -self.lo,
-            ..self
+            lo: self.hi.map(|h| -h),
+            hi: self.lo.map(|l| -l),
+            ..*self
         }
     }
 
-    fn mid(&self) -> i128 {
-        self.lo + (self.hi - self.lo) / 2
-    }
-
-    fn half(&self) -> i128 {
-        (self.hi - self.lo + 1) / 2
+    fn what(&self) -> String {
+        let mut parts = Vec::new();
+        for (n, what) in [(self.qps, "QP"), (self.cm, "RDMA CM"), (self.tcp, "TCP")] {
+            if n > 0 {
+                parts.push(format!("{n} {what}"));
+            }
+        }
+        parts.join(", ")
     }
 }
 
+impl Copy for Bounds {}
+
+/// `p` (on host `hp`, wall ns by its clock) happened before `q` (on `hq`).
+fn before(pairs: &mut BTreeMap<(usize, usize), Bounds>, hp: usize, p: i128, hq: usize, q: i128) {
+    if hp == hq {
+        return;
+    }
+    let (x, y) = (hp.min(hq), hp.max(hq));
+    let b = pairs.entry((x, y)).or_default();
+    if hp == x {
+        b.lower(p - q);
+    } else {
+        b.upper(q - p);
+    }
+}
+
+/// Relations of a CM pair (active, passive) and of a TCP pair (either way round).
+const CM_ORDER: &[(bool, &str, &str)] = &[
+    // (first event on the active side?, first, then)
+    (true, "ROUTE_RESOLVED", "CONNECT_REQUEST"),
+    (false, "CONNECT_REQUEST", "CONNECT_RESPONSE"),
+    (true, "CONNECT_RESPONSE", "ESTABLISHED"),
+];
+const TCP_ORDER: &[(&str, &str)] = &[
+    ("est_active", "est_passive"),
+    ("FIN_WAIT1", "CLOSE_WAIT"),
+    ("FIN_WAIT1", "CLOSING"),
+    ("CLOSE_WAIT", "FIN_WAIT2"),
+    ("LAST_ACK", "TIME_WAIT"),
+];
+
 /// One clock per host (same order as `hosts`).
-pub fn align(hosts: &[HostInput], connections: &[Connection]) -> Vec<HostClock> {
+pub fn align(hosts: &[HostInput], connections: &[Connection], net: &[NetPair]) -> Vec<HostClock> {
     let mut pairs: BTreeMap<(usize, usize), Bounds> = BTreeMap::new();
-    for c in connections.iter().filter(|c| c.paired()) {
-        let (mut x, mut y) = (c.ends[0], c.ends[1]);
-        if x.host == y.host {
-            continue;
-        }
-        if x.host > y.host {
-            std::mem::swap(&mut x, &mut y);
-        }
+    for (x, y) in connections.iter().filter_map(Connection::qp_pair) {
         let (hx, hy) = (&hosts[x.host], &hosts[y.host]);
         let (qx, qy) = (&hx.report.qps[x.qp], &hy.report.qps[y.qp]);
         let (Some(rx), Some(ry)) = (qx.rtr_ns, qy.rtr_ns) else {
             continue;
         };
-        let lo = hx.wall(qx.created_ns) - hy.wall(ry);
-        let hi = hx.wall(rx) - hy.wall(qy.created_ns);
-        if lo > hi {
+        if x.host == y.host {
             continue;
         }
-        pairs
-            .entry((x.host, y.host))
-            .and_modify(|b| b.add(lo, hi))
-            .or_insert(Bounds {
-                lo,
-                hi,
-                n: 1,
-                conflict: false,
-            });
+        before(
+            &mut pairs,
+            x.host,
+            hx.wall(qx.created_ns),
+            y.host,
+            hy.wall(ry),
+        );
+        before(
+            &mut pairs,
+            y.host,
+            hy.wall(qy.created_ns),
+            x.host,
+            hx.wall(rx),
+        );
+        let k = (x.host.min(y.host), x.host.max(y.host));
+        pairs.entry(k).or_default().qps += 1;
     }
+    for p in net {
+        let [(ha, ia), (hb, ib)] = p.ends;
+        if ha == hb {
+            continue;
+        }
+        let (a, b) = (
+            &hosts[ha].report.net_ends[ia],
+            &hosts[hb].report.net_ends[ib],
+        );
+        let at = |h: usize, e: &crate::correlate::analysis::handshakes::NetEnd, s: &str| {
+            e.step(s).map(|t| hosts[h].wall(t))
+        };
+        match p.kind {
+            Kind::Cm => {
+                // The active side resolved a route; the passive one got the request.
+                let (act, pas) = if a.step("CONNECT_REQUEST").is_some() {
+                    ((hb, b), (ha, a))
+                } else {
+                    ((ha, a), (hb, b))
+                };
+                for (active_first, first, then) in CM_ORDER {
+                    let ((h1, e1), (h2, e2)) = if *active_first {
+                        (act, pas)
+                    } else {
+                        (pas, act)
+                    };
+                    if let (Some(t1), Some(t2)) = (at(h1, e1, first), at(h2, e2, then)) {
+                        before(&mut pairs, h1, t1, h2, t2);
+                    }
+                }
+            }
+            Kind::Tcp => {
+                for ((h1, e1), (h2, e2)) in [((ha, a), (hb, b)), ((hb, b), (ha, a))] {
+                    for (first, then) in TCP_ORDER {
+                        if let (Some(t1), Some(t2)) = (at(h1, e1, first), at(h2, e2, then)) {
+                            before(&mut pairs, h1, t1, h2, t2);
+                        }
+                    }
+                }
+            }
+        }
+        let b = pairs.entry((ha.min(hb), ha.max(hb))).or_default();
+        match p.kind {
+            Kind::Cm => b.cm += 1,
+            Kind::Tcp => b.tcp += 1,
+        }
+    }
+    chain(hosts, &pairs)
+}
+
+/// Aligns every host reachable from host 0 through pairs with both bounds.
+fn chain(hosts: &[HostInput], pairs: &BTreeMap<(usize, usize), Bounds>) -> Vec<HostClock> {
     let mut clocks: Vec<Option<HostClock>> = vec![None; hosts.len()];
     if hosts.is_empty() {
         return Vec::new();
@@ -107,12 +204,10 @@ pub fn align(hosts: &[HostInput], connections: &[Connection]) -> Vec<HostClock> 
         aligned: true,
         basis: "the first recording's clock".into(),
     });
-    // (offset, uncertainty) accumulate along the chain from host 0.
     let mut queue = VecDeque::from([(0usize, 0i128, 0i128)]);
     while let Some((h, off, unc)) = queue.pop_front() {
-        for (&(a, b), bounds) in &pairs {
+        for (&(a, b), bounds) in pairs {
             let (other, rel) = match (a == h, b == h) {
-                // Correction of b to a: b's clock + d = a's clock.
                 (true, false) => (b, *bounds),
                 (false, true) => (a, bounds.reversed()),
                 _ => continue,
@@ -120,15 +215,17 @@ pub fn align(hosts: &[HostInput], connections: &[Connection]) -> Vec<HostClock> 
             if clocks[other].is_some() {
                 continue;
             }
-            let o = off + rel.mid();
-            let u = unc + rel.half();
+            let Some((mid, half, crossed)) = rel.estimate() else {
+                continue;
+            };
+            let (o, u) = (off + mid, unc + half);
             let via = if h == 0 {
                 String::new()
             } else {
-                format!(" (via {})", hosts[h].host)
+                format!(" via {}", hosts[h].host)
             };
-            let conflict = if rel.conflict {
-                "; some connections' bounds disagreed (a clock step, or a QPN reused) and were left out"
+            let crossed = if crossed {
+                "; the bounds crossed (a clock step during the recordings?): the gap is the bound"
             } else {
                 ""
             };
@@ -137,24 +234,36 @@ pub fn align(hosts: &[HostInput], connections: &[Connection]) -> Vec<HostClock> 
                 uncertainty_ns: u.clamp(0, u64::MAX.into()) as u64,
                 aligned: true,
                 basis: format!(
-                    "{} handshake(s) with {}{via} (an end reaches RTR after its peer's QP \
-                     exists){conflict}",
-                    rel.n, hosts[h].host
+                    "handshakes with {}{via}: {} connection(s){crossed}",
+                    hosts[h].host,
+                    rel.what()
                 ),
             });
             queue.push_back((other, o, u));
         }
     }
+    let one_sided = |i: usize| {
+        pairs
+            .iter()
+            .any(|(&(a, b), p)| (a == i || b == i) && (p.lo.is_some() || p.hi.is_some()))
+    };
     clocks
         .into_iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             c.unwrap_or_else(|| HostClock {
                 offset_ns: 0,
                 uncertainty_ns: 0,
                 aligned: false,
-                basis: "not aligned: no connection paired with the other hosts; times are this \
-                        host's own clock"
-                    .into(),
+                basis: if one_sided(i) {
+                    "not aligned: its connections with the other hosts bound the offset on one \
+                     side only; times are this host's own clock"
+                        .into()
+                } else {
+                    "not aligned: no connection paired with the other hosts; times are this \
+                     host's own clock"
+                        .into()
+                },
             })
         })
         .collect()

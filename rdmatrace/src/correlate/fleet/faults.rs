@@ -97,13 +97,16 @@ pub fn localize(
     connections: &[Connection],
 ) -> Vec<Fault> {
     let mut out = Vec::new();
-    for c in connections.iter().filter(|c| c.paired()) {
+    for c in connections.iter() {
+        let Some((x, y)) = c.qp_pair() else {
+            continue;
+        };
         let before = out.len();
-        for (s, r) in [(c.ends[0], c.ends[1]), (c.ends[1], c.ends[0])] {
+        for (s, r) in [(x, y), (y, x)] {
             peer_dead(hosts, clocks, c, s, r, &mut out);
         }
         let dead = out.len() > before;
-        for (s, r) in [(c.ends[0], c.ends[1]), (c.ends[1], c.ends[0])] {
+        for (s, r) in [(x, y), (y, x)] {
             loss(hosts, clocks, connections, c, s, r, &mut out);
             rnr(hosts, clocks, c, s, r, &mut out);
             port_down(hosts, clocks, c, s, r, &mut out);

@@ -11,7 +11,7 @@ use super::analysis::{QpLife, Report};
 
 pub use clocks::HostClock;
 pub use faults::Fault;
-pub use pair::{Connection, End};
+pub use pair::{Connection, End, NetPair};
 
 /// One host's recording, analysed.
 #[derive(Clone, Debug)]
@@ -43,9 +43,12 @@ pub struct Fleet {
 impl Fleet {
     /// Pairs, aligns and localizes.
     pub fn build(hosts: Vec<HostInput>) -> Fleet {
-        let connections = pair::pair(&hosts);
-        let clocks = clocks::align(&hosts, &connections);
+        let mut connections = pair::pair(&hosts);
+        let net = pair::pair_net(&hosts);
+        let tcp = pair::tcp_connections(&hosts, &net, &mut connections);
+        let clocks = clocks::align(&hosts, &connections, &net);
         let faults = faults::localize(&hosts, &clocks, &connections);
+        connections.extend(tcp);
         Fleet {
             hosts,
             clocks,

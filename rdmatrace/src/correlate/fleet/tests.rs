@@ -2,6 +2,7 @@
 //! against real programs on two hosts).
 
 use super::*;
+use crate::correlate::analysis::handshakes::{self, NetEnd};
 use crate::{
     correlate::analysis::{ProcReport, ProcStats, Verdict},
     event::QpKey,
@@ -236,5 +237,90 @@ fn a_peer_killed_while_the_other_end_retries_is_named_the_side_at_fault() {
         dead[0].evidence[0].contains("signal 9"),
         "{:?}",
         dead[0].evidence
+    );
+}
+
+fn net(kind: handshakes::Kind, local: &str, remote: &str, steps: &[(&str, f64)]) -> NetEnd {
+    NetEnd {
+        kind,
+        local: local.parse().expect("addr"),
+        remote: remote.parse().expect("addr"),
+        pid: 7,
+        comm: "prog".into(),
+        dev: None,
+        qpn: None,
+        steps: steps
+            .iter()
+            .map(|(n, t)| (n.to_string(), (t * 1e9) as u64))
+            .collect(),
+    }
+}
+
+#[test]
+fn rdma_cm_and_tcp_handshakes_alone_bound_the_clock_on_both_sides() {
+    use handshakes::Kind::{Cm, Tcp};
+    // Truth: b's clock 3 s behind a's (correction +3 s). One-way delay 1 ms.
+    // CM: b active (ROUTE_RESOLVED 10.000, REP received 10.012), a passive (REQ received
+    // 10.001, RTU received 10.013).
+    let mut a = host("a", 0.0, 0.0, vec![]);
+    let mut b = host("b", -3.0, 0.0, vec![]);
+    a.report.net_ends.push(net(
+        Cm,
+        "192.0.2.1:7174",
+        "192.0.2.2:5000",
+        &[("CONNECT_REQUEST", 10.001), ("ESTABLISHED", 10.013)],
+    ));
+    b.report.net_ends.push(net(
+        Cm,
+        "192.0.2.2:5000",
+        "192.0.2.1:7174",
+        &[("ROUTE_RESOLVED", 10.000), ("CONNECT_RESPONSE", 10.012)],
+    ));
+    let f = Fleet::build(vec![a.clone(), b.clone()]);
+    let c = &f.clocks[1];
+    assert!(c.aligned, "{c:?}");
+    assert!(
+        (c.offset_ns - 3_000_000_000).unsigned_abs() <= c.uncertainty_ns,
+        "{c:?}"
+    );
+    assert!(c.uncertainty_ns <= 6_000_000, "{c:?}");
+    assert!(c.basis.contains("1 RDMA CM"), "{c:?}");
+    // TCP alone: a connects (ESTABLISHED 20.000), b accepts (20.001); a closes first
+    // (FIN_WAIT1 21.000), b sees the FIN (CLOSE_WAIT 21.001), a gets its ACK (FIN_WAIT2 21.002).
+    a.report.net_ends = vec![net(
+        Tcp,
+        "192.0.2.1:40000",
+        "192.0.2.2:18515",
+        &[
+            ("est_active", 20.0),
+            ("FIN_WAIT1", 21.0),
+            ("FIN_WAIT2", 21.002),
+        ],
+    )];
+    b.report.net_ends = vec![net(
+        Tcp,
+        "192.0.2.2:18515",
+        "192.0.2.1:40000",
+        &[("est_passive", 20.001), ("CLOSE_WAIT", 21.001)],
+    )];
+    let f = Fleet::build(vec![a.clone(), b.clone()]);
+    let c = &f.clocks[1];
+    assert!(
+        (c.offset_ns - 3_000_000_000).unsigned_abs() <= c.uncertainty_ns,
+        "{c:?}"
+    );
+    assert!(c.uncertainty_ns <= 2_000_000, "{c:?}");
+    assert_eq!(f.connections.len(), 1);
+    assert_eq!(f.connections[0].transport, "TCP");
+    assert!(f.connections[0].paired());
+    // The handshake alone bounds one side only: not aligned, and said so.
+    a.report.net_ends[0].steps.truncate(1);
+    b.report.net_ends[0].steps.truncate(1);
+    let f = Fleet::build(vec![a, b]);
+    assert!(!f.clocks[1].aligned);
+    assert!(
+        f.clocks[1].basis.contains("one side only"),
+        "{:?}",
+        f.clocks[1]
     );
 }

@@ -242,46 +242,81 @@ fn qps(dir: &Path, fl: &Fleet) -> io::Result<()> {
     )
 }
 
-/// One row per connection end (`end` 0 or 1), as `report --json`'s `connections`.
+/// One row per connection end (`end` 0 or 1), as `report --json`'s `connections`: QP ends
+/// with `dev` and `qpn`, TCP ends with `local` and `remote`.
 fn connections(dir: &Path, fl: &Fleet) -> io::Result<()> {
-    let rows: Vec<_> = fl
-        .connections
-        .iter()
-        .flat_map(|c| {
-            c.ends
-                .iter()
-                .enumerate()
-                .map(move |(i, e)| (c, i as u32, e))
-        })
-        .collect();
-    let q = |e: &End| fl.qp(e);
+    struct Row<'a> {
+        c: &'a crate::correlate::fleet::Connection,
+        end: u32,
+        host: &'a str,
+        dev: Option<&'a str>,
+        qpn: Option<u32>,
+        local: Option<String>,
+        remote: Option<String>,
+        pid: u32,
+        comm: &'a str,
+    }
+    let mut rows = Vec::new();
+    for c in &fl.connections {
+        for (i, e) in c.ends.iter().enumerate() {
+            let q = fl.qp(e);
+            rows.push(Row {
+                c,
+                end: i as u32,
+                host: &fl.hosts[e.host].host,
+                dev: Some(q.key.dev.as_str()),
+                qpn: Some(q.key.qpn),
+                local: None,
+                remote: None,
+                pid: q.owner_pid,
+                comm: q.owner_comm.as_str(),
+            });
+        }
+        for (i, (h, n)) in c.sockets.iter().enumerate() {
+            let e = &fl.hosts[*h].report.net_ends[*n];
+            rows.push(Row {
+                c,
+                end: i as u32,
+                host: &fl.hosts[*h].host,
+                dev: None,
+                qpn: None,
+                local: Some(e.local.to_string()),
+                remote: Some(e.remote.to_string()),
+                pid: e.pid,
+                comm: e.comm.as_str(),
+            });
+        }
+    }
     table(
         dir,
         "connections",
         vec![
             s("connection"),
+            s("transport"),
             f("end", DataType::UInt32, false),
             f("paired", DataType::Boolean, false),
             s_null("unpaired"),
             s("host"),
-            s("dev"),
-            f("qpn", DataType::UInt32, false),
+            s_null("dev"),
+            f("qpn", DataType::UInt32, true),
+            s_null("local"),
+            s_null("remote"),
             f("pid", DataType::UInt32, false),
             s("comm"),
         ],
         vec![
-            strings(rows.iter().map(|(c, ..)| Some(c.id.as_str()))),
-            u32s(rows.iter().map(|(_, i, _)| Some(*i))),
-            bools(rows.iter().map(|(c, ..)| Some(c.paired()))),
-            strings(rows.iter().map(|(c, ..)| c.unpaired.as_deref())),
-            strings(
-                rows.iter()
-                    .map(|(.., e)| Some(fl.hosts[e.host].host.as_str())),
-            ),
-            strings(rows.iter().map(|(.., e)| Some(q(e).key.dev.as_str()))),
-            u32s(rows.iter().map(|(.., e)| Some(q(e).key.qpn))),
-            u32s(rows.iter().map(|(.., e)| Some(q(e).owner_pid))),
-            strings(rows.iter().map(|(.., e)| Some(q(e).owner_comm.as_str()))),
+            strings(rows.iter().map(|r| Some(r.c.id.as_str()))),
+            strings(rows.iter().map(|r| Some(r.c.transport))),
+            u32s(rows.iter().map(|r| Some(r.end))),
+            bools(rows.iter().map(|r| Some(r.c.paired()))),
+            strings(rows.iter().map(|r| r.c.unpaired.as_deref())),
+            strings(rows.iter().map(|r| Some(r.host))),
+            strings(rows.iter().map(|r| r.dev)),
+            u32s(rows.iter().map(|r| r.qpn)),
+            strings(rows.iter().map(|r| r.local.as_deref())),
+            strings(rows.iter().map(|r| r.remote.as_deref())),
+            u32s(rows.iter().map(|r| Some(r.pid))),
+            strings(rows.iter().map(|r| Some(r.comm))),
         ],
     )
 }
