@@ -228,6 +228,18 @@ fn hosts_2_rping_over_rdma_cm_paired() {
             .unwrap_or_else(|| panic!("no end on {host}: {r:#}")) as u32
     };
     assert_pair(conns[0], (qpn("lab-a"), pid), (qpn("lab-b"), pb), "rping");
+    assert_eq!(
+        conns[0]["via_cm"], true,
+        "rping connects through RDMA CM: {r:#}"
+    );
+    let clock = &r["hosts"][1]["clock"];
+    assert_eq!(clock["aligned"], true, "{clock}");
+    assert!(
+        clock["basis"]
+            .as_str()
+            .is_some_and(|b| b.contains("RDMA CM")),
+        "{clock}"
+    );
     assert!(
         r["faults"].as_array().is_some_and(Vec::is_empty),
         "rping's disconnect (flushes) is no fault: {:#}",
