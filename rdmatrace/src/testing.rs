@@ -14,6 +14,8 @@ use rdmatrace_common::event::{
 
 use crate::recording::{writer::RecordingWriter, Header};
 
+pub mod fleet;
+
 /// An all-zero `T`.
 pub fn zeroed<T: aya::Pod>() -> T {
     let bytes = vec![0u8; std::mem::size_of::<T>()];

@@ -176,3 +176,40 @@ fn the_timeline_of_two_hosts_joins_the_handshake_and_states_the_correction() {
         "{v:#}"
     );
 }
+
+#[test]
+fn a_synthetic_fleet_pairs_every_qp_and_recovers_each_hosts_clock_error() {
+    use rdmatrace::testing::fleet::{host, skew_ns};
+    let dir = test_dir("fleet-synth");
+    let n = 5; // hosts 0-1 and 2-3 in pairs, host 4 alone (its QPs connected to each other)
+    let files: Vec<String> = (0..n)
+        .map(|i| {
+            let p = dir.path().join(format!("host-{i}.rdmt"));
+            std::fs::write(&p, host(i, n, 6, 400)).expect("write");
+            p.display().to_string()
+        })
+        .collect();
+    let mut args = vec!["report"];
+    args.extend(files.iter().map(String::as_str));
+    args.push("--json");
+    let out = run(&args);
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("json");
+    let r = &v["data"];
+    let conns = r["connections"].as_array().expect("connections");
+    // 6 QPs per host: 2 pairs of hosts x 6 connections, and 3 inside host 4.
+    assert_eq!(conns.len(), 15, "{r:#}");
+    assert!(conns.iter().all(|c| c["paired"] == true), "{r:#}");
+    // host-1 pairs with host-0 (aligned); hosts 2-3 and 4 share no connection with host-0.
+    let clock = |i: usize| &r["hosts"][i]["clock"];
+    let c1 = clock(1);
+    let want = skew_ns(0) - skew_ns(1);
+    let got = c1["offset_ns"].as_i64().expect("offset");
+    assert!(
+        (got - want).abs() <= c1["uncertainty_ns"].as_i64().expect("bound"),
+        "{c1}"
+    );
+    for i in 2..n {
+        assert_eq!(clock(i)["aligned"], false, "{}", clock(i));
+    }
+}

@@ -11,6 +11,7 @@
 
 mod attach;
 mod bigfile;
+mod fleet;
 mod lab;
 mod replay;
 mod report;
@@ -75,6 +76,8 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
                 "rewrite",
                 "--example",
                 "serve_load",
+                "--example",
+                "fleet_synth",
             ]),
     )?;
     eprintln!("\n== bench 1/3: replay throughput (criterion)");
@@ -93,6 +96,8 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
     eprintln!("\n== bench: serve at 1,000 processes / 10,000 QPs, and a day of churn");
     // A failure is reported in BENCHMARKS.md, not fatal to the other figures.
     let serve = serve::run().map_err(|e| format!("{e:#}"));
+    eprintln!("\n== bench: report over 1, 4 and 16 hosts' recordings");
+    let fleet = fleet::run().map_err(|e| format!("{e:#}"));
     let lab = if o.skip_lab {
         eprintln!("\n== bench 3/3: lab SKIPPED (--skip-lab)");
         None
@@ -113,6 +118,7 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         attach: attach.as_ref(),
         big: big.as_ref(),
         serve: serve.as_ref(),
+        fleet: fleet.as_ref(),
         lab: lab.as_ref().map(|r| r.as_ref()),
         fixtures: &report::fixture_sizes()?,
         load_after: &load_after,

@@ -59,6 +59,7 @@ pub struct Inputs<'a> {
     pub storms: &'a [Storm],
     pub attach: Result<&'a super::attach::Attach, &'a String>,
     pub big: Result<&'a super::bigfile::BigReplay, &'a String>,
+    pub fleet: Result<&'a super::fleet::FleetBench, &'a String>,
     pub serve: Result<&'a super::serve::ServeLoad, &'a String>,
     pub lab: Option<Result<&'a LabResults, &'a String>>,
     pub fixtures: &'a [FixtureSize],
@@ -479,6 +480,7 @@ pub fn markdown(i: &Inputs<'_>) -> String {
     size_section(&mut s, i);
     storm_section(&mut s, i.storms);
     big_section(&mut s, i.big);
+    super::fleet::section(&mut s, i.fleet);
     super::serve::section(&mut s, i.serve);
     lab_section(&mut s, i.lab, i.reproduce);
     s
