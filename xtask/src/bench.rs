@@ -12,6 +12,7 @@
 mod attach;
 mod bigfile;
 mod fleet;
+mod history;
 mod lab;
 mod replay;
 mod report;
@@ -110,7 +111,7 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         Some(lab::run(o.rounds).map_err(|e| format!("{e:#}")))
     };
     let load_after = report::loadavg();
-    let md = report::markdown(&report::Inputs {
+    let inputs = report::Inputs {
         machine: &machine,
         reproduce: &reproduce(o),
         replay: &replay,
@@ -122,7 +123,12 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         lab: lab.as_ref().map(|r| r.as_ref()),
         fixtures: &report::fixture_sizes()?,
         load_after: &load_after,
-    });
+    };
+    let figures = history::figures(&inputs);
+    let previous = history::previous(&inputs);
+    let mut md = report::markdown(&inputs);
+    history::section(&mut md, &figures, previous.as_ref());
+    history::append(&inputs, &figures)?;
     let path = cmd::repo_root().join("BENCHMARKS.md");
     std::fs::write(&path, md).with_context(|| format!("cannot write {}", path.display()))?;
     eprintln!("\nbench: wrote {}", path.display());

@@ -50,6 +50,14 @@ impl LabResults {
         })
     }
 
+    /// Every (metric, tool) measured.
+    pub fn series(&self) -> Vec<(String, String)> {
+        self.raw
+            .iter()
+            .flat_map(|(m, t)| t.keys().map(move |t| (m.clone(), t.clone())))
+            .collect()
+    }
+
     pub fn values(&self, metric: &str, tool: &str) -> Vec<f64> {
         self.raw
             .get(metric)

@@ -31,6 +31,10 @@ pub fn run() -> anyhow::Result<ServeLoad> {
 }
 
 impl ServeLoad {
+    pub fn json(&self) -> &Value {
+        &self.0
+    }
+
     fn u(&self, k: &str) -> u64 {
         self.0[k].as_u64().unwrap_or(0)
     }
