@@ -136,7 +136,7 @@ fn recorded(h: &Host, test: &str, scenario: impl FnOnce()) -> Option<Value> {
 
 #[test]
 #[ignore = "two-host lab: run through `cargo xtask test` (lab --hosts 2)"]
-fn hosts_1_ib_write_bw_ends_paired_and_the_clock_offset_recovered() {
+fn lab_hosts_1_ib_write_bw_ends_paired_and_the_clock_offset_recovered() {
     in_lab();
     let h = Host::here();
     let test = "write-bw";
@@ -184,7 +184,7 @@ fn hosts_1_ib_write_bw_ends_paired_and_the_clock_offset_recovered() {
 
 #[test]
 #[ignore = "two-host lab: run through `cargo xtask test` (lab --hosts 2)"]
-fn hosts_2_rping_over_rdma_cm_paired() {
+fn lab_hosts_2_rping_over_rdma_cm_paired() {
     in_lab();
     let h = Host::here();
     let test = "rping";
@@ -283,7 +283,7 @@ fn loss_test(test: &str, lossy: &str, pct: u32, args: &[&str], from: &str, to: &
 
 #[test]
 #[ignore = "two-host lab: run through `cargo xtask test` (lab --hosts 2)"]
-fn hosts_3_loss_on_a_egress_is_requests_lost_from_a_to_b() {
+fn lab_hosts_3_loss_on_a_egress_is_requests_lost_from_a_to_b() {
     loss_test(
         "loss-a",
         "a",
@@ -296,7 +296,7 @@ fn hosts_3_loss_on_a_egress_is_requests_lost_from_a_to_b() {
 
 #[test]
 #[ignore = "two-host lab: run through `cargo xtask test` (lab --hosts 2)"]
-fn hosts_4_loss_on_b_egress_is_acks_lost_from_b_to_a() {
+fn lab_hosts_4_loss_on_b_egress_is_acks_lost_from_b_to_a() {
     // One write in flight at a time: each lost ACK costs a timer expiry and a duplicate.
     loss_test(
         "loss-b",
@@ -310,7 +310,7 @@ fn hosts_4_loss_on_b_egress_is_acks_lost_from_b_to_a() {
 
 #[test]
 #[ignore = "two-host lab: run through `cargo xtask test` (lab --hosts 2)"]
-fn hosts_5_peer_killed_with_sigkill_is_the_side_at_fault() {
+fn lab_hosts_5_peer_killed_with_sigkill_is_the_side_at_fault() {
     in_lab();
     let h = Host::here();
     let test = "peer-dead";

@@ -14,6 +14,15 @@ say() { echo "bench: $*" >&2; }
 put() { echo "$*" >>"$res"; }
 now_ns() { date +%s%N; }
 tck=$(getconf CLK_TCK)
+# Per-program run time and count (the kernel accounts them only when asked; off by default).
+stats=0
+if command -v bpftool >/dev/null && sysctl -qw kernel.bpf_stats_enabled=1; then
+    stats=1
+    # Which of rdmatrace's programs is on which hook (its kprobes' links do not say).
+    "$rt" doctor --json >"$out/doctor.json" 2>/dev/null
+else
+    say "bpf_stats not available (no bpftool, or kernel.bpf_stats_enabled cannot be set): no per-program cost"
+fi
 
 # The same hooks rdmatrace attaches (QP verbs, restrack, async/CM events, rxe timers and
 # traffic, TCP, process events); per-packet and per-call hooks aggregate in maps, as rdmatrace's
@@ -58,9 +67,14 @@ start_tracer() {
     put attach_ms "$tool" "$round" $((($(now_ns) - t0) / 1000000))
 }
 
-# SIGINT the tracer; records its peak RSS and CPU time while attached.
+# SIGINT the tracer; records its peak RSS and CPU time while attached, and each of its
+# programs' cost (bpf_stats) per hook.
 stop_tracer() {
     local tool=$1
+    if [ $stats = 1 ]; then
+        python3 xtask/lab/bpfstats.py "$tpid" "$tool" "$round" "$out/doctor.json" >>"$res" ||
+            say "bpf_stats of $tool could not be read"
+    fi
     put rss_kib "$tool" "$round" "$(awk '/^VmHWM/ {print $2}' /proc/$tpid/status)"
     put cpu_ms "$tool" "$round" "$(awk -v t="$tck" '{print ($14 + $15) * 1000 / t}' /proc/$tpid/stat)"
     kill -INT "$tpid"
@@ -110,4 +124,25 @@ for round in $(seq "$rounds"); do
         measure "${tools[$(((k + round) % 3))]}"
     done
 done
+
+# The floor: empty programs on the per-packet and per-completion hooks, one perftest pass
+# (the cost of entering a kprobe program at all on this kernel, under this emulation).
+if [ $stats = 1 ]; then
+    round=1
+    log=$out/floor.log
+    bpftrace -e 'BEGIN { printf("Tracing\n"); }
+        kprobe:rxe_xmit_packet, kprobe:rxe_comp_queue_pkt, kprobe:rxe_resp_queue_pkt,
+        kprobe:rxe_cq_post, kprobe:ib_uverbs_comp_handler, kprobe:retransmit_timer,
+        tracepoint:sock:sock_send_length, tracepoint:sock:sock_recv_length { }' >"$log" 2>&1 &
+    tpid=$!
+    until grep -q "^Tracing" "$log"; do
+        kill -0 "$tpid" 2>/dev/null || { say "the floor tracer died:"; cat "$log" >&2; exit 1; }
+        sleep 0.01
+    done
+    perf ib_write_bw -s 65536 -n 500 >/dev/null
+    perf ib_send_lat -s 2 -n 1000 >/dev/null
+    python3 xtask/lab/bpfstats.py "$tpid" floor 1 >>"$res" || say "bpf_stats of the floor could not be read"
+    kill -INT "$tpid"
+    wait "$tpid"
+fi
 put done - - 1

@@ -14,6 +14,7 @@ mod bigfile;
 mod fleet;
 mod history;
 mod lab;
+mod progcost;
 mod replay;
 mod report;
 mod serve;

@@ -204,9 +204,10 @@ fn apt(pkgs: &[(&str, Option<&str>)]) -> anyhow::Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
-/// What `cargo xtask bench` needs besides the lab: bpftrace (the peer it is compared with).
+/// What `cargo xtask bench` needs besides the lab: bpftrace (the peer it is compared with) and
+/// bpftool (reads each program's run time and count, kernel.bpf_stats_enabled).
 pub fn bench() -> anyhow::Result<()> {
-    apt(&[("bpftrace", None)])
+    apt(&[("bpftrace", None), ("bpftool", None)])
 }
 
 /// Headless Chromium: the flamegraph test screenshots an SVG to see that frames are drawn.

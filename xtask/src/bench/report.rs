@@ -355,9 +355,26 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
     let ms = |t: &str| median(&lab.values("attach_ms", t));
     let _ = writeln!(
         s,
-        "| attach time, start to ready line (median) | < 300 ms, faster than bpftrace | {} | {} |",
+        "| attach time, start to ready line (median) | < 300 ms on the host (section above) | {} | {} |",
         opt(ms("rdmatrace"), |v| format!("{v:.0} ms")),
         opt(ms("bpftrace"), |v| format!("{v:.0} ms"))
+    );
+    // The ratio per round (same boot, same probes), then its median.
+    let ratios: Vec<f64> = lab
+        .values("attach_ms", "bpftrace")
+        .iter()
+        .zip(lab.values("attach_ms", "rdmatrace"))
+        .filter(|(_, r)| *r > 0.0)
+        .map(|(b, r)| b / r)
+        .collect();
+    let ratio = median(&ratios);
+    let _ = writeln!(
+        s,
+        "| attach: bpftrace time / rdmatrace time (median of rounds) | ≥ 10× | {} | — |",
+        opt(ratio, |v| format!(
+            "{v:.1}× ({})",
+            if v >= 10.0 { "met" } else { "**not met**" }
+        ))
     );
     let rss = |t: &str| {
         lab.values("rss_kib", t)
@@ -431,6 +448,7 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
         );
     }
     s.push('\n');
+    super::progcost::section(s, lab);
 }
 
 fn big_section(s: &mut String, big: Result<&super::bigfile::BigReplay, &String>) {

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Per-program cost of one tracer's eBPF programs, from the kernel's own accounting
+(kernel.bpf_stats_enabled=1): for each program process PID attached, the hook it is attached
+to and its run_time_ns / run_cnt since it was loaded.
+
+  bpfstats.py PID TOOL ROUND [DOCTOR_JSON]
+      prints `prog_ns TOOL:HOOK ROUND NS_PER_RUN` and `prog_runs TOOL:HOOK ROUND RUNS` lines
+      (bench.sh's format). Programs attached through perf-event links (rdmatrace's kprobes:
+      bpftool 7.1 shows no owner or function for those links) are named by `rdmatrace doctor
+      --json` (DOCTOR_JSON: its `probe AREA/PROGRAM (KIND TARGET)` items).
+
+Hooks: kprobes and uprobes by function, tracepoints by name, tp_btf/raw tracepoints by name;
+a hook with several programs of the tool (entry + return) is summed. Uses bpftool's JSON.
+"""
+import json
+import re
+import subprocess
+import sys
+
+
+def bpftool(*args):
+    out = subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout or "[]")
+
+
+def doctor_hooks(path):
+    """Kernel program name (15 characters at most) -> hook, from rdmatrace doctor --json."""
+    out = {}
+    for item in json.load(open(path))["data"]:
+        m = re.match(r"probe [^/]+/(\S+) \((\S+) (\S+)\)", item.get("item", ""))
+        # A program with several possible targets (rxe_create_cq or mlx5_ib_create_cq): the
+        # one attached here.
+        if m and (item.get("status") != "unavailable" or m.group(1)[:15] not in out):
+            out[m.group(1)[:15]] = m.group(3).split(":")[-1]
+    return out
+
+
+def main():
+    pid, tool, rnd = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    named = doctor_hooks(sys.argv[4]) if len(sys.argv) > 4 else {}
+    progs = {p["id"]: p for p in bpftool("prog", "show")}
+    hooks = {}  # hook -> [ns, runs]
+
+    def add(hook, prog_id):
+        p = progs.get(prog_id)
+        if p is None:
+            return
+        h = hooks.setdefault(hook, [0, 0])
+        h[0] += p.get("run_time_ns", 0)
+        h[1] += p.get("run_cnt", 0)
+
+    for e in bpftool("perf", "show"):
+        if e.get("pid") != pid:
+            continue
+        hook = e.get("func") or e.get("tracepoint") or e.get("filename", "?")
+        kind = e.get("fd_type", "?")
+        if kind.startswith("uprobe") or kind.startswith("uretprobe"):
+            hook = "uprobe:" + str(e.get("filename", "?")).rsplit("/", 1)[-1] + "+" + str(e.get("offset"))
+        add(hook, e.get("prog_id"))
+    for link in bpftool("link", "show"):
+        if link.get("type") == "perf_event" and named:
+            hook = named.get(progs.get(link.get("prog_id"), {}).get("name"))
+            if hook:
+                add(hook, link.get("prog_id"))
+            continue
+        if pid not in [p.get("pid") for p in link.get("pids", [])]:
+            continue
+        if link.get("type") in ("raw_tracepoint", "tracing"):
+            prog = progs.get(link.get("prog_id"), {})
+            hook = link.get("tp_name") or "btf:" + str(prog.get("name", "?"))
+            add(hook, link.get("prog_id"))
+    for hook, (ns, runs) in sorted(hooks.items()):
+        if runs:
+            print(f"prog_ns {tool}:{hook} {rnd} {ns / runs:.1f}")
+        print(f"prog_runs {tool}:{hook} {rnd} {runs}")
+
+
+main()

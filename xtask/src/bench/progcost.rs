@@ -1,0 +1,91 @@
+//! Per-program cost in the lab: each eBPF program's run time per run, from the kernel's own
+//! accounting (`kernel.bpf_stats_enabled=1`, read with bpftool by `xtask/lab/bpfstats.py` after
+//! each perftest round), for rdmatrace's programs and bpftrace's equivalents on the same hooks,
+//! and an empty program on the per-packet hooks as the floor. TCG inflates every figure alike;
+//! the comparison is between programs on the same hook in the same boot.
+
+use std::{collections::BTreeSet, fmt::Write as _};
+
+use super::{lab::LabResults, median};
+
+/// Hooks that fire per packet or per completion (the floor's hooks).
+const PER_PACKET: &[&str] = &[
+    "rxe_xmit_packet",
+    "rxe_comp_queue_pkt",
+    "rxe_resp_queue_pkt",
+    "rxe_cq_post",
+    "ib_uverbs_comp_handler",
+    "retransmit_timer",
+    "sock_send_length",
+    "sock_recv_length",
+];
+
+/// (hook, median ns/run, median runs) of `tool`'s programs.
+fn per_hook(lab: &LabResults, tool: &str) -> Vec<(String, f64, f64)> {
+    let prefix = format!("{tool}:");
+    lab.series()
+        .into_iter()
+        .filter(|(m, t)| m == "prog_ns" && t.starts_with(&prefix))
+        .map(|(_, t)| {
+            let ns = median(&lab.values("prog_ns", &t)).unwrap_or(f64::NAN);
+            let runs = median(&lab.values("prog_runs", &t)).unwrap_or(f64::NAN);
+            (t[prefix.len()..].to_string(), ns, runs)
+        })
+        .collect()
+}
+
+fn cell(v: Option<&(String, f64, f64)>) -> String {
+    v.map_or_else(
+        || "—".into(),
+        |(_, ns, runs)| format!("{ns:.0} ({runs:.0})"),
+    )
+}
+
+pub fn section(s: &mut String, lab: &LabResults) {
+    let ours = per_hook(lab, "rdmatrace");
+    let theirs = per_hook(lab, "bpftrace");
+    let floor = per_hook(lab, "floor");
+    let _ = writeln!(s, "### Per-program cost (bpf_stats)\n");
+    if ours.is_empty() {
+        let _ = writeln!(
+            s,
+            "Not measured: the lab run recorded no per-program figures (bpftool missing, or \
+             kernel.bpf_stats_enabled could not be set: the lab log says which).\n"
+        );
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "Each program's run time per run (ns, median over rounds; runs per round in brackets) as \
+         the kernel accounts it with `kernel.bpf_stats_enabled=1`, read with `bpftool` \
+         (`xtask/lab/bpfstats.py`) before each tracer stops; a hook with an entry and a return \
+         program counts both. The floor is an empty bpftrace program on the per-packet hooks \
+         during one extra perftest pass. Targets: every rdmatrace program at or below its \
+         bpftrace twin; per-packet hooks within 2× of the floor.\n\n\
+         | hook | rdmatrace ns/run | bpftrace ns/run | empty program | ≤ bpftrace | ≤ 2× floor |\n\
+         |---|---|---|---|---|---|"
+    );
+    let hooks: BTreeSet<&String> = ours.iter().map(|h| &h.0).collect();
+    let find = |v: &'_ [(String, f64, f64)], h: &str| v.iter().find(|x| x.0 == h).cloned();
+    for h in hooks {
+        let (o, t, f) = (find(&ours, h), find(&theirs, h), find(&floor, h));
+        let vs_bpftrace = match (&o, &t) {
+            (Some(o), Some(t)) if o.1 <= t.1 => "yes",
+            (Some(_), Some(_)) => "**no**",
+            _ => "—",
+        };
+        let vs_floor = match (&o, &f, PER_PACKET.contains(&h.as_str())) {
+            (Some(o), Some(f), true) if o.1 <= 2.0 * f.1 => "yes".to_string(),
+            (Some(o), Some(f), true) => format!("**no** ({:.1}×)", o.1 / f.1),
+            _ => "—".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "| `{h}` | {} | {} | {} | {vs_bpftrace} | {vs_floor} |",
+            cell(o.as_ref()),
+            cell(t.as_ref()),
+            cell(f.as_ref())
+        );
+    }
+    s.push('\n');
+}
