@@ -119,6 +119,12 @@ pub fn localize(
     out
 }
 
+/// The hosts and QPs of ends `s` and `r`.
+fn both(hosts: &[HostInput], s: End, r: End) -> (&HostInput, &HostInput, &QpLife, &QpLife) {
+    let (hs, hr) = (&hosts[s.host], &hosts[r.host]);
+    (hs, hr, &hs.report.qps[s.qp], &hr.report.qps[r.qp])
+}
+
 fn end_wall(hosts: &[HostInput], clocks: &[HostClock], e: End) -> u64 {
     let q = &hosts[e.host].report.qps[e.qp];
     aligned(
@@ -140,8 +146,7 @@ fn loss(
     r: End,
     out: &mut Vec<Fault>,
 ) {
-    let (hs, hr) = (&hosts[s.host], &hosts[r.host]);
-    let (qs, qr) = (&hs.report.qps[s.qp], &hr.report.qps[r.qp]);
+    let (hs, hr, qs, qr) = both(hosts, s, r);
     if qs.tx_packets == 0 {
         return;
     }
@@ -218,8 +223,7 @@ fn rnr(
     r: End,
     out: &mut Vec<Fault>,
 ) {
-    let (hs, hr) = (&hosts[s.host], &hosts[r.host]);
-    let (qs, qr) = (&hs.report.qps[s.qp], &hr.report.qps[r.qp]);
+    let (hs, hr, qs, qr) = both(hosts, s, r);
     if qs.rnr_retransmits < MIN_RETRANSMITS {
         return;
     }
@@ -253,8 +257,7 @@ fn peer_dead(
     r: End,
     out: &mut Vec<Fault>,
 ) {
-    let (hs, hr) = (&hosts[s.host], &hosts[r.host]);
-    let (qs, qr) = (&hs.report.qps[s.qp], &hr.report.qps[r.qp]);
+    let (hs, hr, qs, qr) = both(hosts, s, r);
     let Some(p) = hr
         .report
         .processes
