@@ -39,8 +39,26 @@ pub enum DecodeError {
     },
 }
 
-/// Copies a `T` out of the front of `bytes` (which need not be aligned).
-fn read<T: aya::Pod>(bytes: &[u8], kind: EventKind) -> Result<T, DecodeError> {
+/// A `T` read from the front of a record: borrowed in place when the bytes are aligned and
+/// long enough (the usual case: ring-buffer records and the recording reader's buffer are
+/// 8-aligned), else copied out.
+enum View<'a, T> {
+    Borrowed(&'a T),
+    Owned(T),
+}
+
+impl<T> std::ops::Deref for View<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match self {
+            View::Borrowed(t) => t,
+            View::Owned(t) => t,
+        }
+    }
+}
+
+/// Reads a `T` at the front of `bytes` (which need not be aligned).
+fn read<T: aya::Pod>(bytes: &[u8], kind: EventKind) -> Result<View<'_, T>, DecodeError> {
     read_grown(bytes, kind, size_of::<T>())
 }
 
@@ -50,7 +68,7 @@ fn read_grown<T: aya::Pod>(
     bytes: &[u8],
     kind: EventKind,
     min_len: usize,
-) -> Result<T, DecodeError> {
+) -> Result<View<'_, T>, DecodeError> {
     if bytes.len() < min_len {
         return Err(DecodeError::Short {
             kind,
@@ -63,29 +81,60 @@ fn read_grown<T: aya::Pod>(
         // SAFETY: `bytes` is shorter than T, so the copy stays inside `full`; the two do not
         // overlap (one is on our stack). T is Pod: all zeros overwritten by any bytes is a
         // valid T.
-        return Ok(unsafe {
+        return Ok(View::Owned(unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
                 full.as_mut_ptr().cast::<u8>(),
                 bytes.len(),
             );
             full.assume_init()
-        });
+        }));
+    }
+    let ptr = bytes.as_ptr().cast::<T>();
+    if ptr.is_aligned() {
+        // SAFETY: the length is checked above, the pointer is aligned for T, T is Pod (any
+        // bit pattern valid) and the reference borrows `bytes`, which outlives it.
+        return Ok(View::Borrowed(unsafe { &*ptr }));
     }
     // SAFETY: the length is checked above and T is Pod (any bit pattern valid);
     // read_unaligned copes with the buffer's alignment.
-    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+    Ok(View::Owned(unsafe { std::ptr::read_unaligned(ptr) }))
 }
 
 /// A NUL-padded C string as UTF-8 (lossy). Kernel names are short ASCII: they stay inline in
 /// the [`CompactString`] (no allocation) and skip the lossy conversion's slow path.
 pub fn c_str(bytes: &[u8]) -> CompactString {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    let bytes = &bytes[..end];
+    let bytes = &bytes[..nul_at(bytes)];
+    if bytes.is_ascii() {
+        // SAFETY: ASCII is valid UTF-8.
+        return CompactString::new(unsafe { std::str::from_utf8_unchecked(bytes) });
+    }
     match std::str::from_utf8(bytes) {
         Ok(s) => CompactString::new(s),
         Err(_) => CompactString::from_utf8_lossy(bytes),
     }
+}
+
+/// Index of the first NUL in `bytes` (its length when there is none), eight bytes at a time.
+fn nul_at(bytes: &[u8]) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for word in &mut words {
+        let Ok(word) = <[u8; 8]>::try_from(word) else {
+            break;
+        };
+        let w = u64::from_le_bytes(word);
+        // The lowest set bit marks the first zero byte (bits above it may be false alarms).
+        let zero = w.wrapping_sub(LO) & !w & HI;
+        if zero != 0 {
+            return at + (zero.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    let rest = words.remainder();
+    at + rest.iter().position(|&b| b == 0).unwrap_or(rest.len())
 }
 
 fn qp_info(id: &QpIdent) -> QpInfo {
@@ -302,6 +351,18 @@ pub fn peek(bytes: &[u8]) -> Option<(EventKind, u32)> {
 
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError> {
+    let mut rec = Record::lost(0, None, 0, anchor);
+    decode_into(bytes, anchor, &mut rec)?;
+    Ok(rec)
+}
+
+/// Decodes one ring-buffer record into `rec`, a record the caller reuses (records are a couple
+/// of hundred bytes: building one in place spares copying it out). On error `rec` is unchanged.
+pub fn decode_into(
+    bytes: &[u8],
+    anchor: &ClockAnchor,
+    rec: &mut Record,
+) -> Result<(), DecodeError> {
     if bytes.len() < size_of::<EventHeader>() {
         return Err(DecodeError::ShortHeader {
             len: bytes.len(),
@@ -310,74 +371,65 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
     }
     let raw_kind = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     let kind = EventKind::from_raw(raw_kind).ok_or(DecodeError::UnknownKind { kind: raw_kind })?;
-    let (header, body) = match kind {
+    // SAFETY: the length was checked above; EventHeader is Pod, read_unaligned copes with
+    // any alignment.
+    let header = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<EventHeader>()) };
+    let body = match kind {
         EventKind::QpCreate => {
-            let ev: QpCreateEvent = read(bytes, kind)?;
-            (
-                ev.header,
-                Body::QpCreate {
-                    qp: qp_info(&ev.qp),
-                    ret: ev.ret,
-                },
-            )
+            let ev = read::<QpCreateEvent>(bytes, kind)?;
+            Body::QpCreate {
+                qp: qp_info(&ev.qp),
+                ret: ev.ret,
+            }
         }
         EventKind::QpModify => {
-            let ev: QpModifyEvent = read(bytes, kind)?;
-            (
-                ev.header,
-                Body::QpModify {
-                    qp: qp_info(&ev.qp),
-                    attrs: modify_attrs(&ev),
-                    ret: ev.ret,
-                },
-            )
+            let ev = read::<QpModifyEvent>(bytes, kind)?;
+            Body::QpModify {
+                qp: qp_info(&ev.qp),
+                attrs: modify_attrs(&ev),
+                ret: ev.ret,
+            }
         }
         EventKind::QpDestroy => {
-            let ev: QpDestroyEvent = read(bytes, kind)?;
-            (
-                ev.header,
-                Body::QpDestroy {
-                    qp: qp_info(&ev.qp),
-                    ret: ev.ret,
-                },
-            )
+            let ev = read::<QpDestroyEvent>(bytes, kind)?;
+            Body::QpDestroy {
+                qp: qp_info(&ev.qp),
+                ret: ev.ret,
+            }
         }
         EventKind::ProcessExec => {
-            let ev: ProcessEvent = read(bytes, kind)?;
-            (ev.header, Body::ProcessExec { ppid: ev.ppid })
+            let ev = read::<ProcessEvent>(bytes, kind)?;
+            Body::ProcessExec { ppid: ev.ppid }
         }
         EventKind::ProcessCgroup => {
-            let ev: CgroupEvent = read(bytes, kind)?;
-            (ev.header, Body::ProcessCgroup { id: ev.cgroup_id })
+            let ev = read::<CgroupEvent>(bytes, kind)?;
+            Body::ProcessCgroup { id: ev.cgroup_id }
         }
         EventKind::ProcessExit => {
-            let ev: ProcessEvent = read(bytes, kind)?;
-            (
-                ev.header,
-                Body::ProcessExit {
-                    ppid: ev.ppid,
-                    exit_code: ev.exit_code,
-                },
-            )
+            let ev = read::<ProcessEvent>(bytes, kind)?;
+            Body::ProcessExit {
+                ppid: ev.ppid,
+                exit_code: ev.exit_code,
+            }
         }
         EventKind::Retransmit => {
-            let ev: RetransmitEvent = read(bytes, kind)?;
-            (ev.header, retransmit(&ev))
+            let ev = read::<RetransmitEvent>(bytes, kind)?;
+            retransmit(&ev)
         }
         EventKind::ResourceAdd | EventKind::ResourceDel => {
-            let ev: ResourceEvent = read_grown(bytes, kind, RESOURCE_EVENT_V1)?;
-            (ev.header, resource(&ev, kind == EventKind::ResourceAdd))
+            let ev = read_grown::<ResourceEvent>(bytes, kind, RESOURCE_EVENT_V1)?;
+            resource(&ev, kind == EventKind::ResourceAdd)
         }
         EventKind::AsyncEvent => {
-            let ev: RawAsync = read(bytes, kind)?;
-            (ev.header, async_event(&ev))
+            let ev = read::<RawAsync>(bytes, kind)?;
+            async_event(&ev)
         }
         EventKind::CmEvent => {
-            let ev: RawCm = read(bytes, kind)?;
-            (ev.header, cm_event(&ev))
+            let ev = read::<RawCm>(bytes, kind)?;
+            cm_event(&ev)
         }
         EventKind::TcpBytes => {
-            let ev: TcpBytesSample = read_grown(bytes, kind, TCP_BYTES_SAMPLE_V1)?;
+            let ev = read_grown::<TcpBytesSample>(bytes, kind, TCP_BYTES_SAMPLE_V1)?;
             let b = ev.bytes;
             let body = Body::TcpBytes(TcpBytesDelta {
                 tx_bytes: b.tx_bytes,
@@ -386,10 +438,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 rx_calls: b.rx_calls,
                 peer: (b.family != 0).then(|| ip(b.family, &b.daddr).to_canonical()),
             });
-            (ev.header, body)
+            body
         }
         EventKind::QpTraffic => {
-            let ev: QpTrafficSample = read_grown(bytes, kind, QP_TRAFFIC_SAMPLE_V1)?;
+            let ev = read_grown::<QpTrafficSample>(bytes, kind, QP_TRAFFIC_SAMPLE_V1)?;
             let body = Body::QpTraffic(QpTrafficDelta {
                 qp: qp_info(&ev.traffic.qp),
                 tx_packets: ev.traffic.tx_packets,
@@ -399,24 +451,24 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 owner_pid: 0,
                 owner_comm: CompactString::const_new(""),
             });
-            (ev.header, body)
+            body
         }
         EventKind::TcpState => {
-            let ev: TcpStateEvent = read(bytes, kind)?;
+            let ev = read::<TcpStateEvent>(bytes, kind)?;
             let body = Body::TcpState(TcpState {
                 tcp: tcp_tuple(&ev.tcp),
                 old_state: ev.oldstate as u16,
                 owner_pid: ev.owner.pid,
                 owner_comm: c_str(&ev.owner.comm),
             });
-            (ev.header, body)
+            body
         }
         EventKind::WcError => {
-            let ev: WcErrorEvent = read(bytes, kind)?;
-            (ev.header, wc_error(&ev))
+            let ev = read::<WcErrorEvent>(bytes, kind)?;
+            wc_error(&ev)
         }
         EventKind::CqNotify => {
-            let ev: CqNotifySample = read(bytes, kind)?;
+            let ev = read::<CqNotifySample>(bytes, kind)?;
             let n = ev.notify;
             let body = Body::CqNotify(CqNotifyDelta {
                 dev: c_str(&n.dev),
@@ -425,10 +477,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 owner_pid: n.owner_pid,
                 owner_comm: c_str(&n.owner_comm),
             });
-            (ev.header, body)
+            body
         }
         EventKind::QpRes => {
-            let ev: QpResSample = read(bytes, kind)?;
+            let ev = read::<QpResSample>(bytes, kind)?;
             let body = Body::QpRes(QpResRow {
                 qp: qp_info(&ev.qp),
                 port: ev.port,
@@ -438,10 +490,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 state: QpState::from_raw(ev.state),
                 change: ResChange::from_raw(ev.change),
             });
-            (ev.header, body)
+            body
         }
         EventKind::QpCounter => {
-            let ev: QpCounterSample = read(bytes, kind)?;
+            let ev = read::<QpCounterSample>(bytes, kind)?;
             let kept = (ev.nqpns as usize).min(ev.qpns.len());
             let body = Body::QpCounter(QpCounterDelta {
                 dev: c_str(&ev.dev),
@@ -453,10 +505,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 value: ev.value,
                 delta: ev.delta,
             });
-            (ev.header, body)
+            body
         }
         EventKind::Port => {
-            let ev: PortSample = read(bytes, kind)?;
+            let ev = read::<PortSample>(bytes, kind)?;
             let body = Body::Port(PortInfo {
                 dev: c_str(&ev.dev),
                 port: ev.port,
@@ -466,10 +518,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 link_layer: c_str(&ev.link_layer).into(),
                 netdev: c_str(&ev.netdev).into(),
             });
-            (ev.header, body)
+            body
         }
         EventKind::QpCaps => {
-            let ev: QpCapsEvent = read(bytes, kind)?;
+            let ev = read::<QpCapsEvent>(bytes, kind)?;
             let body = Body::QpCaps(QpCaps {
                 dev: c_str(&ev.dev),
                 ret: ev.ret,
@@ -483,10 +535,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 dev_max_send_sge: ev.dev_max_send_sge,
                 dev_max_recv_sge: ev.dev_max_recv_sge,
             });
-            (ev.header, body)
+            body
         }
         EventKind::QueueCaps => {
-            let ev: QueueCapsEvent = read(bytes, kind)?;
+            let ev = read::<QueueCapsEvent>(bytes, kind)?;
             let body = Body::QueueCaps(QueueCaps {
                 dev: c_str(&ev.dev),
                 ret: ev.ret,
@@ -496,10 +548,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 dev_max_depth: ev.dev_max_depth,
                 dev_max_sge: ev.dev_max_sge,
             });
-            (ev.header, body)
+            body
         }
         EventKind::UmemFailed => {
-            let ev: UmemFailedEvent = read(bytes, kind)?;
+            let ev = read::<UmemFailedEvent>(bytes, kind)?;
             let body = Body::UmemFailed(UmemFailed {
                 dev: c_str(&ev.dev),
                 ret: ev.ret,
@@ -508,10 +560,10 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 // Pages of 4 KiB: the unit of `mm->pinned_vm` on every architecture built.
                 pinned: (ev.pinned_pages != u64::MAX).then(|| ev.pinned_pages.saturating_mul(4096)),
             });
-            (ev.header, body)
+            body
         }
         EventKind::Gid => {
-            let ev: GidSample = read(bytes, kind)?;
+            let ev = read::<GidSample>(bytes, kind)?;
             let body = Body::Gid(GidInfo {
                 dev: c_str(&ev.dev),
                 port: ev.port,
@@ -520,22 +572,22 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 gid_type: crate::event::gid_type_name(ev.gid_type),
                 netdev: c_str(&ev.netdev).into(),
             });
-            (ev.header, body)
+            body
         }
         EventKind::VerbsCall => {
-            let ev: VerbsCallEvent = read(bytes, kind)?;
-            (ev.header, verbs_call(&ev))
+            let ev = read::<VerbsCallEvent>(bytes, kind)?;
+            verbs_call(&ev)
         }
         EventKind::CpuSample => {
-            let ev: CpuSampleEvent = read(bytes, kind)?;
+            let ev = read::<CpuSampleEvent>(bytes, kind)?;
             let body = Body::CpuSample(CpuSample {
                 user: frames(&ev.user_ips, ev.user_frames as usize),
                 kernel: frames(&ev.kernel_ips, ev.kernel_frames as usize),
             });
-            (ev.header, body)
+            body
         }
         EventKind::Counter => {
-            let ev: CounterSample = read(bytes, kind)?;
+            let ev = read::<CounterSample>(bytes, kind)?;
             let body = Body::Counter(CounterDelta {
                 dev: c_str(&ev.dev),
                 port: ev.port,
@@ -544,18 +596,21 @@ pub fn decode(bytes: &[u8], anchor: &ClockAnchor) -> Result<Record, DecodeError>
                 value: ev.value,
                 delta: ev.delta,
             });
-            (ev.header, body)
+            body
         }
     };
-    Ok(Record {
-        ts_ns: header.ts_ns,
-        wall_ns: anchor.wall_ns(header.ts_ns),
-        cpu: header.cpu,
-        pid: header.pid,
-        tid: header.tid,
-        comm: c_str(&header.comm),
-        body,
-    })
+    rec.ts_ns = header.ts_ns;
+    rec.wall_ns = anchor.wall_ns(header.ts_ns);
+    rec.cpu = header.cpu;
+    rec.pid = header.pid;
+    rec.tid = header.tid;
+    // Consecutive records mostly come from the same task: keep its name when it is the same.
+    let comm = &header.comm[..nul_at(&header.comm)];
+    if rec.comm.as_bytes() != comm {
+        rec.comm = c_str(comm);
+    }
+    rec.body = body;
+    Ok(())
 }
 
 #[cfg(test)]

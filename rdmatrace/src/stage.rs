@@ -11,7 +11,7 @@ use crate::{
     clock::ClockAnchor,
     container::CgroupPaths,
     correlate::{filter::Filter, Correlator},
-    decode::{decode, DecodeError},
+    decode::{decode_into, DecodeError},
     environ::EnvReader,
     event::Record,
     recording::Entry,
@@ -42,6 +42,8 @@ pub struct Stage<S: Sink> {
     pub events: u64,
     pub decode_errors: u64,
     pub first_decode_error: Option<DecodeError>,
+    /// The record `raw` decodes into, kept between calls.
+    scratch: Option<Box<Record>>,
     /// First write error of the sink: it ends a live trace.
     write_error: Option<io::Error>,
 }
@@ -62,6 +64,7 @@ impl<S: Sink> Stage<S> {
             events: 0,
             decode_errors: 0,
             first_decode_error: None,
+            scratch: None,
             write_error: None,
         }
     }
@@ -107,15 +110,20 @@ impl<S: Sink> Stage<S> {
         if !self.sink.accepts(bytes) {
             return;
         }
-        let decoded = decode(bytes, &self.anchor);
-        if let (Some(resolver), Ok(rec)) = (self.resolver.as_mut(), decoded.as_ref()) {
-            for s in resolver.names_for(rec) {
+        // The record is decoded into a boxed one kept between calls (no copy of it per event).
+        let mut rec = self
+            .scratch
+            .take()
+            .unwrap_or_else(|| Box::new(Record::lost(0, None, 0, &self.anchor)));
+        let decoded = decode_into(bytes, &self.anchor, &mut rec);
+        if let (Some(resolver), Ok(())) = (self.resolver.as_mut(), decoded.as_ref()) {
+            for s in resolver.names_for(&rec) {
                 self.symbols.insert(s.pid, s.addr, &s.name);
                 let r = self.sink.symbol(s.pid, s.addr, &s.name);
                 self.check(r);
             }
         }
-        if let (Some(paths), Ok(rec)) = (self.cgroup_paths.as_mut(), decoded.as_ref()) {
+        if let (Some(paths), Ok(())) = (self.cgroup_paths.as_mut(), decoded.as_ref()) {
             if let crate::event::Body::ProcessCgroup { id } = rec.body {
                 // A place forgotten (no process left in it) is looked up again when a process
                 // shows up there; an id not found is not walked for again (up to a bound).
@@ -136,10 +144,10 @@ impl<S: Sink> Stage<S> {
         let r = self.sink.raw(bytes);
         self.check(r);
         match decoded {
-            Ok(mut rec) => {
+            Ok(()) => {
                 self.symbols.annotate(&mut rec);
                 let vars = self.env.as_mut().and_then(|e| e.for_record(&rec));
-                self.push(rec);
+                self.push_in_place(&mut rec);
                 if let Some((pid, vars)) = vars {
                     for (name, value) in &vars {
                         self.env(pid, name, value);
@@ -151,16 +159,22 @@ impl<S: Sink> Stage<S> {
                 self.first_decode_error.get_or_insert(e);
             }
         }
+        self.scratch = Some(rec);
     }
 
     /// One decoded record.
     pub fn push(&mut self, mut rec: Record) {
+        self.push_in_place(&mut rec);
+    }
+
+    /// [`Stage::push`] of a record the caller keeps (records are large: this spares a copy).
+    fn push_in_place(&mut self, rec: &mut Record) {
         self.events += 1;
-        self.state.observe(&mut rec);
-        if self.write_error.is_some() || !self.filter.matches(&rec, self.state.place(&rec)) {
+        self.state.observe(rec);
+        if self.write_error.is_some() || !self.filter.matches(rec, self.state.place(rec)) {
             return;
         }
-        let r = self.sink.record(&rec, &self.state);
+        let r = self.sink.record(rec, &self.state);
         self.check(r);
     }
 

@@ -159,3 +159,30 @@ fn a_device_unregistration_decodes_and_prints_as_such() {
     };
     assert_eq!((a.event.as_str(), a.source), ("QP_FATAL", "uverbs"));
 }
+
+#[test]
+fn c_str_stops_at_the_first_nul_at_every_position() {
+    // Every length 0..=40 and every NUL position, against the plain byte scan.
+    for len in 0..=40usize {
+        for nul in 0..=len {
+            let mut b: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            if nul < len {
+                b[nul] = 0;
+                // bytes after the NUL, NULs included, do not matter
+                for x in b.iter_mut().skip(nul + 1).step_by(3) {
+                    *x = 0;
+                }
+            }
+            let want: String = b
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as char)
+                .collect();
+            assert_eq!(c_str(&b), want, "len {len} nul {nul}");
+        }
+    }
+    // 0x80..0xff bytes: the lossy path, and a 0x01 byte right before the NUL.
+    assert_eq!(c_str(b"ab\x01\0cd"), "ab\u{1}");
+    assert_eq!(c_str(b"\xffab\0"), "\u{fffd}ab");
+    assert_eq!(c_str("mlx5_0é\0".as_bytes()), "mlx5_0é");
+}

@@ -161,7 +161,9 @@ pub struct Decoder {
     order: Order,
     prev_ts: u64,
     tasks: Vec<Task>,
-    buf: Vec<u8>,
+    /// 8-byte words, so the rebuilt record is aligned for the event structs (the decoder
+    /// then reads them in place instead of copying them out).
+    buf: Vec<u64>,
 }
 
 /// Reads compact fields off the front of an entry.
@@ -171,7 +173,15 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    #[inline]
     fn varint(&mut self, what: &str) -> Result<u64, String> {
+        // Most fields fit one byte.
+        if let Some(&byte) = self.b.get(self.at) {
+            if byte & 0x80 == 0 {
+                self.at += 1;
+                return Ok(u64::from(byte));
+            }
+        }
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = *self
@@ -212,7 +222,7 @@ impl Decoder {
             order,
             prev_ts: 0,
             tasks: Vec::new(),
-            buf: Vec::with_capacity(256),
+            buf: vec![0; 32],
         }
     }
 
@@ -267,17 +277,25 @@ impl Decoder {
             })?;
         self.prev_ts = ts;
         let o = self.order;
-        let buf = &mut self.buf;
-        buf.clear();
-        buf.resize(HEADER_LEN, 0);
+        let words = len.div_ceil(8);
+        if self.buf.len() < words {
+            self.buf.resize(words, 0);
+        }
+        // SAFETY: the u64 storage is viewed as its bytes (alignment 1 <= 8, same length in
+        // bytes); the view borrows `self.buf` mutably, so nothing else reads or writes it.
+        let buf: &mut [u8] = unsafe {
+            std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<u8>(), words * 8)
+        };
+        let buf = &mut buf[..len];
         o.put32(buf, KIND, kind);
         o.put32(buf, CPU, cpu);
         o.put64(buf, TS, ts);
         o.put32(buf, PID, task.0);
         o.put32(buf, TID, task.1);
         buf[COMM..COMM + COMM_LEN].copy_from_slice(&task.2);
-        buf.extend_from_slice(body);
-        buf.resize(len, 0);
+        let end = HEADER_LEN + body.len();
+        buf[HEADER_LEN..end].copy_from_slice(body);
+        buf[end..].fill(0);
         Ok(buf)
     }
 }
