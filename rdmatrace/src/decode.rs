@@ -431,18 +431,19 @@ pub fn decode_into(
         EventKind::TcpBytes => {
             let ev = read_grown::<TcpBytesSample>(bytes, kind, TCP_BYTES_SAMPLE_V1)?;
             let b = ev.bytes;
-            let body = Body::TcpBytes(TcpBytesDelta {
+
+            Body::TcpBytes(TcpBytesDelta {
                 tx_bytes: b.tx_bytes,
                 rx_bytes: b.rx_bytes,
                 tx_calls: b.tx_calls,
                 rx_calls: b.rx_calls,
                 peer: (b.family != 0).then(|| ip(b.family, &b.daddr).to_canonical()),
-            });
-            body
+            })
         }
         EventKind::QpTraffic => {
             let ev = read_grown::<QpTrafficSample>(bytes, kind, QP_TRAFFIC_SAMPLE_V1)?;
-            let body = Body::QpTraffic(QpTrafficDelta {
+
+            Body::QpTraffic(QpTrafficDelta {
                 qp: qp_info(&ev.traffic.qp),
                 tx_packets: ev.traffic.tx_packets,
                 tx_bytes: ev.traffic.tx_bytes,
@@ -450,18 +451,17 @@ pub fn decode_into(
                 rx_bytes: ev.traffic.rx_bytes,
                 owner_pid: 0,
                 owner_comm: CompactString::const_new(""),
-            });
-            body
+            })
         }
         EventKind::TcpState => {
             let ev = read::<TcpStateEvent>(bytes, kind)?;
-            let body = Body::TcpState(TcpState {
+
+            Body::TcpState(TcpState {
                 tcp: tcp_tuple(&ev.tcp),
                 old_state: ev.oldstate as u16,
                 owner_pid: ev.owner.pid,
                 owner_comm: c_str(&ev.owner.comm),
-            });
-            body
+            })
         }
         EventKind::WcError => {
             let ev = read::<WcErrorEvent>(bytes, kind)?;
@@ -470,18 +470,19 @@ pub fn decode_into(
         EventKind::CqNotify => {
             let ev = read::<CqNotifySample>(bytes, kind)?;
             let n = ev.notify;
-            let body = Body::CqNotify(CqNotifyDelta {
+
+            Body::CqNotify(CqNotifyDelta {
                 dev: c_str(&n.dev),
                 cqn: n.cqn,
                 count: n.count,
                 owner_pid: n.owner_pid,
                 owner_comm: c_str(&n.owner_comm),
-            });
-            body
+            })
         }
         EventKind::QpRes => {
             let ev = read::<QpResSample>(bytes, kind)?;
-            let body = Body::QpRes(QpResRow {
+
+            Body::QpRes(QpResRow {
                 qp: qp_info(&ev.qp),
                 port: ev.port,
                 rqpn: (ev.rqpn != u32::MAX).then_some(ev.rqpn),
@@ -489,13 +490,13 @@ pub fn decode_into(
                 rq_psn: (ev.rq_psn != u32::MAX).then_some(ev.rq_psn),
                 state: QpState::from_raw(ev.state),
                 change: ResChange::from_raw(ev.change),
-            });
-            body
+            })
         }
         EventKind::QpCounter => {
             let ev = read::<QpCounterSample>(bytes, kind)?;
             let kept = (ev.nqpns as usize).min(ev.qpns.len());
-            let body = Body::QpCounter(QpCounterDelta {
+
+            Body::QpCounter(QpCounterDelta {
                 dev: c_str(&ev.dev),
                 port: ev.port,
                 counter_id: ev.counter_id,
@@ -504,12 +505,12 @@ pub fn decode_into(
                 name: c_str(&ev.name).into(),
                 value: ev.value,
                 delta: ev.delta,
-            });
-            body
+            })
         }
         EventKind::Port => {
             let ev = read::<PortSample>(bytes, kind)?;
-            let body = Body::Port(PortInfo {
+
+            Body::Port(PortInfo {
                 dev: c_str(&ev.dev),
                 port: ev.port,
                 state: port_state_name(ev.state),
@@ -517,12 +518,12 @@ pub fn decode_into(
                 netdev_mtu: (ev.netdev_mtu != 0).then_some(ev.netdev_mtu),
                 link_layer: c_str(&ev.link_layer).into(),
                 netdev: c_str(&ev.netdev).into(),
-            });
-            body
+            })
         }
         EventKind::QpCaps => {
             let ev = read::<QpCapsEvent>(bytes, kind)?;
-            let body = Body::QpCaps(QpCaps {
+
+            Body::QpCaps(QpCaps {
                 dev: c_str(&ev.dev),
                 ret: ev.ret,
                 qp_type: ev.qp_type,
@@ -534,12 +535,12 @@ pub fn decode_into(
                 dev_max_qp_wr: ev.dev_max_qp_wr,
                 dev_max_send_sge: ev.dev_max_send_sge,
                 dev_max_recv_sge: ev.dev_max_recv_sge,
-            });
-            body
+            })
         }
         EventKind::QueueCaps => {
             let ev = read::<QueueCapsEvent>(bytes, kind)?;
-            let body = Body::QueueCaps(QueueCaps {
+
+            Body::QueueCaps(QueueCaps {
                 dev: c_str(&ev.dev),
                 ret: ev.ret,
                 queue: if ev.queue == QUEUE_SRQ { "SRQ" } else { "CQ" },
@@ -547,32 +548,31 @@ pub fn decode_into(
                 sge: ev.sge,
                 dev_max_depth: ev.dev_max_depth,
                 dev_max_sge: ev.dev_max_sge,
-            });
-            body
+            })
         }
         EventKind::UmemFailed => {
             let ev = read::<UmemFailedEvent>(bytes, kind)?;
-            let body = Body::UmemFailed(UmemFailed {
+
+            Body::UmemFailed(UmemFailed {
                 dev: c_str(&ev.dev),
                 ret: ev.ret,
                 size: ev.size,
                 memlock: (ev.memlock != u64::MAX).then_some(ev.memlock),
                 // Pages of 4 KiB: the unit of `mm->pinned_vm` on every architecture built.
                 pinned: (ev.pinned_pages != u64::MAX).then(|| ev.pinned_pages.saturating_mul(4096)),
-            });
-            body
+            })
         }
         EventKind::Gid => {
             let ev = read::<GidSample>(bytes, kind)?;
-            let body = Body::Gid(GidInfo {
+
+            Body::Gid(GidInfo {
                 dev: c_str(&ev.dev),
                 port: ev.port,
                 index: ev.index,
                 gid: (ev.gid != [0; 16]).then_some(ev.gid),
                 gid_type: crate::event::gid_type_name(ev.gid_type),
                 netdev: c_str(&ev.netdev).into(),
-            });
-            body
+            })
         }
         EventKind::VerbsCall => {
             let ev = read::<VerbsCallEvent>(bytes, kind)?;
@@ -580,23 +580,23 @@ pub fn decode_into(
         }
         EventKind::CpuSample => {
             let ev = read::<CpuSampleEvent>(bytes, kind)?;
-            let body = Body::CpuSample(CpuSample {
+
+            Body::CpuSample(CpuSample {
                 user: frames(&ev.user_ips, ev.user_frames as usize),
                 kernel: frames(&ev.kernel_ips, ev.kernel_frames as usize),
-            });
-            body
+            })
         }
         EventKind::Counter => {
             let ev = read::<CounterSample>(bytes, kind)?;
-            let body = Body::Counter(CounterDelta {
+
+            Body::Counter(CounterDelta {
                 dev: c_str(&ev.dev),
                 port: ev.port,
                 hw: ev.hw != 0,
                 name: c_str(&ev.name).into(),
                 value: ev.value,
                 delta: ev.delta,
-            });
-            body
+            })
         }
     };
     rec.ts_ns = header.ts_ns;

@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: what rdmatrace costs, measured where it is paid, written to
 //! BENCHMARKS.md with the machine, the kernel and the command that reproduces every figure.
 //!
-//! - replay: criterion bench of read + decode + correlate over a synthetic recording
+//! - replay: criterion bench of read + decode + correlate over a synthetic recording, and
+//!   side by side with the previous release's (built from its source in the same run)
 //! - size: bytes/event of real and synthetic recordings
 //! - attach: `rdmatrace trace` from exec to ready on this host, and where the time went
 //! - storm: a fork/exit storm on this host under `rdmatrace record` (delivered, lost, CPU, RSS)
@@ -17,7 +18,9 @@ mod lab;
 mod progcost;
 mod replay;
 mod report;
+mod scale;
 mod serve;
+mod sidebyside;
 mod storm;
 
 use std::{path::PathBuf, process::Command};
@@ -80,10 +83,15 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
                 "serve_load",
                 "--example",
                 "fleet_synth",
+                "--example",
+                "scale_synth",
             ]),
     )?;
     eprintln!("\n== bench 1/3: replay throughput (criterion)");
     let replay = replay::run()?;
+    eprintln!("\n== bench: replay side by side with the previous release");
+    // A failure is reported in BENCHMARKS.md, not fatal to the other figures.
+    let side = sidebyside::run().map_err(|e| format!("{e:#}"));
     eprintln!("\n== bench: attach time on this host");
     // A failure is reported in BENCHMARKS.md, not fatal to the other figures.
     let attach = attach::run(10).map_err(|e| format!("{e:#}"));
@@ -100,6 +108,8 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
     let serve = serve::run().map_err(|e| format!("{e:#}"));
     eprintln!("\n== bench: report over 1, 4 and 16 hosts' recordings");
     let fleet = fleet::run().map_err(|e| format!("{e:#}"));
+    eprintln!("\n== bench: 1 M QPs in the correlator, a flamegraph of 1 M samples");
+    let scale = scale::run().map_err(|e| format!("{e:#}"));
     let lab = if o.skip_lab {
         eprintln!("\n== bench 3/3: lab SKIPPED (--skip-lab)");
         None
@@ -116,11 +126,13 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         machine: &machine,
         reproduce: &reproduce(o),
         replay: &replay,
+        side: side.as_ref(),
         storms: &storms,
         attach: attach.as_ref(),
         big: big.as_ref(),
         serve: serve.as_ref(),
         fleet: fleet.as_ref(),
+        scale: scale.as_ref(),
         lab: lab.as_ref().map(|r| r.as_ref()),
         fixtures: &report::fixture_sizes()?,
         load_after: &load_after,

@@ -55,7 +55,7 @@ pub fn run(cfg: &FlamegraphConfig) -> anyhow::Result<ExitCode> {
         eprintln!(
             "rdmatrace: wrote {} ({} stacks, {} {})",
             cfg.output.display(),
-            this.stacks.len(),
+            this.len(),
             this.total(),
             cfg.kind.count_name()
         );

@@ -6,7 +6,8 @@
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     pub addr: u64,
-    pub name: Option<String>,
+    /// Shared with the symbol table (a million samples name the same few thousand frames).
+    pub name: Option<std::sync::Arc<str>>,
 }
 
 impl Frame {

@@ -12,7 +12,9 @@
 
 pub mod svg;
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
+
+use rustc_hash::FxHashMap;
 
 use crate::event::{Body, Frame, Record};
 
@@ -51,12 +53,17 @@ impl Kind {
     }
 }
 
-/// Stacks (root first) and their weights; ordered, so output is deterministic.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Stacks (root first) and their weights. Frames are interned (a million samples share a few
+/// thousand frame names); output is sorted by the frames' text, so it is deterministic.
+#[derive(Clone, Debug, Default)]
 pub struct Folded {
-    pub stacks: BTreeMap<Vec<String>, u64>,
+    /// Frame id -> text.
+    frames: Vec<Box<str>>,
+    ids: FxHashMap<Box<str>, u32>,
+    stacks: FxHashMap<Box<[u32]>, u64>,
+    /// Reused by [`Folded::add`].
+    scratch: Vec<u32>,
 }
-
 /// A frame as inferno can take it: `;` separates frames and the count follows the last space,
 /// so `;` becomes `:` and newlines become spaces.
 pub fn frame(s: &str) -> String {
@@ -74,8 +81,41 @@ pub fn process_frame(pid: u32, comm: &str) -> String {
 
 impl Folded {
     pub fn add(&mut self, stack: Vec<String>, n: u64) {
-        if n > 0 && !stack.is_empty() {
-            *self.stacks.entry(stack).or_default() += n;
+        self.add_frames(stack.iter().map(String::as_str), n);
+    }
+
+    /// Adds a stack given as its frames' texts (root first).
+    pub fn add_frames<'a>(&mut self, stack: impl IntoIterator<Item = &'a str>, n: u64) {
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        ids.extend(stack.into_iter().map(|f| self.intern(f)));
+        self.add_ids(&ids, n);
+        self.scratch = ids;
+    }
+
+    /// The id of frame text `f`.
+    pub fn intern(&mut self, f: &str) -> u32 {
+        match self.ids.get(f) {
+            Some(&id) => id,
+            None => {
+                let id = self.frames.len() as u32;
+                self.frames.push(f.into());
+                self.ids.insert(f.into(), id);
+                id
+            }
+        }
+    }
+
+    /// Adds a stack given as interned frames (root first).
+    pub fn add_ids(&mut self, ids: &[u32], n: u64) {
+        if n == 0 || ids.is_empty() {
+            return;
+        }
+        match self.stacks.get_mut(ids) {
+            Some(c) => *c += n,
+            None => {
+                self.stacks.insert(ids.into(), n);
+            }
         }
     }
 
@@ -83,14 +123,34 @@ impl Folded {
         self.stacks.is_empty()
     }
 
+    /// Distinct stacks.
+    pub fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
     pub fn total(&self) -> u64 {
         self.stacks.values().sum()
     }
 
+    fn texts(&self, ids: &[u32]) -> Vec<&str> {
+        ids.iter().map(|&i| &*self.frames[i as usize]).collect()
+    }
+
+    /// Stacks as their frames' texts with their weights, in order.
+    fn sorted(&self) -> Vec<(Vec<&str>, u64)> {
+        let mut v: Vec<(Vec<&str>, u64)> = self
+            .stacks
+            .iter()
+            .map(|(ids, n)| (self.texts(ids), *n))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// `a;b;c N` lines, sorted.
     pub fn lines(&self) -> Vec<String> {
-        self.stacks
-            .iter()
+        self.sorted()
+            .into_iter()
             .map(|(s, n)| format!("{} {n}", s.join(";")))
             .collect()
     }
@@ -98,12 +158,12 @@ impl Folded {
     /// Differential lines `stack BASE THIS` over the union of both stack sets (inferno's
     /// differential input: width from THIS, colour from the change).
     pub fn diff_lines(base: &Folded, this: &Folded) -> Vec<String> {
-        let mut all: BTreeMap<&Vec<String>, (u64, u64)> = BTreeMap::new();
-        for (s, n) in &base.stacks {
-            all.entry(s).or_default().0 = *n;
+        let mut all: BTreeMap<Vec<&str>, (u64, u64)> = BTreeMap::new();
+        for (s, n) in base.sorted() {
+            all.entry(s).or_default().0 = n;
         }
-        for (s, n) in &this.stacks {
-            all.entry(s).or_default().1 = *n;
+        for (s, n) in this.sorted() {
+            all.entry(s).or_default().1 = n;
         }
         all.into_iter()
             .map(|(s, (a, b))| format!("{} {a} {b}", s.join(";")))
@@ -153,18 +213,70 @@ impl Folder for RetransmitFolder {
     }
 }
 
-/// Frames outermost first, as folded stacks read (records keep them innermost first).
-fn outer_first<'a>(frames: &'a [Frame], suffix: &'a str) -> impl Iterator<Item = String> + 'a {
-    frames
-        .iter()
-        .rev()
-        .map(move |f| frame(&format!("{}{suffix}", f.label())))
+/// Interns `frames` outermost first (records keep them innermost first) into `ids`, each label
+/// with `suffix` and made safe as [`frame`] does. Names are shared with the symbol table, so a
+/// name seen before is found by its address (the cache holds it, so the address stays its own).
+fn push_outer_first(folded: &mut Folded, s: &mut Scratch, frames: &[Frame], suffix: &'static str) {
+    for f in frames.iter().rev() {
+        let key = (
+            f.name
+                .as_ref()
+                .map_or(0, |n| Arc::as_ptr(n).cast::<u8>() as usize),
+            suffix.len(),
+        );
+        if let Some((_, id)) = s.seen.get(&key) {
+            s.ids.push(*id);
+            continue;
+        }
+        s.buf.clear();
+        let label = f.label();
+        if label.contains([';', '\n', '\r']) {
+            s.buf.push_str(&frame(label));
+        } else {
+            s.buf.push_str(label);
+        }
+        s.buf.push_str(suffix);
+        let id = folded.intern(&s.buf);
+        s.seen.insert(key, (f.name.clone(), id));
+        s.ids.push(id);
+    }
+}
+
+/// A frame name (kept alive: its address is the cache's key) and its id.
+type Seen = (Option<Arc<str>>, u32);
+
+/// A folder's reused buffers, and the frames it has seen: (name's address or 0 for unnamed,
+/// suffix length) -> (the name, kept alive, and its id).
+#[derive(Default)]
+struct Scratch {
+    ids: Vec<u32>,
+    buf: String,
+    seen: FxHashMap<(usize, usize), Seen>,
+    /// pid -> (comm, id of its process frame).
+    procs: FxHashMap<u32, (crate::event::CompactString, u32)>,
+}
+
+impl Scratch {
+    /// Starts a stack at `rec`'s process frame.
+    fn start(&mut self, folded: &mut Folded, rec: &Record) {
+        self.ids.clear();
+        let id = match self.procs.get(&rec.pid) {
+            Some((comm, id)) if *comm == rec.comm => *id,
+            _ => {
+                let id = folded.intern(&process_frame(rec.pid, &rec.comm));
+                self.procs.insert(rec.pid, (rec.comm.clone(), id));
+                id
+            }
+        };
+        self.ids.push(id);
+    }
 }
 
 /// Verbs calls: the caller's user stack, then the call.
 #[derive(Default)]
 pub struct VerbsFolder {
     folded: Folded,
+    scratch: Scratch,
 }
 
 impl Folder for VerbsFolder {
@@ -172,10 +284,11 @@ impl Folder for VerbsFolder {
         let Body::VerbsCall(v) = &rec.body else {
             return;
         };
-        let mut stack = vec![process_frame(rec.pid, &rec.comm)];
-        stack.extend(outer_first(&v.stack, ""));
-        stack.push(frame(&v.func));
-        self.folded.add(stack, 1);
+        let s = &mut self.scratch;
+        s.start(&mut self.folded, rec);
+        push_outer_first(&mut self.folded, s, &v.stack, "");
+        s.ids.push(self.folded.intern(&frame(&v.func)));
+        self.folded.add_ids(&s.ids, 1);
     }
 
     fn finish(self: Box<Self>) -> Folded {
@@ -187,6 +300,7 @@ impl Folder for VerbsFolder {
 #[derive(Default)]
 pub struct CpuFolder {
     folded: Folded,
+    scratch: Scratch,
 }
 
 impl Folder for CpuFolder {
@@ -194,10 +308,11 @@ impl Folder for CpuFolder {
         let Body::CpuSample(c) = &rec.body else {
             return;
         };
-        let mut stack = vec![process_frame(rec.pid, &rec.comm)];
-        stack.extend(outer_first(&c.user, ""));
-        stack.extend(outer_first(&c.kernel, "_[k]"));
-        self.folded.add(stack, 1);
+        let s = &mut self.scratch;
+        s.start(&mut self.folded, rec);
+        push_outer_first(&mut self.folded, s, &c.user, "");
+        push_outer_first(&mut self.folded, s, &c.kernel, "_[k]");
+        self.folded.add_ids(&s.ids, 1);
     }
 
     fn finish(self: Box<Self>) -> Folded {

@@ -100,7 +100,7 @@ fn named(frames: &[(u64, Option<&str>)]) -> Vec<Frame> {
         .iter()
         .map(|(a, n)| Frame {
             addr: *a,
-            name: n.map(String::from),
+            name: n.map(Into::into),
         })
         .collect()
 }

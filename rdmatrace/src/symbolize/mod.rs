@@ -6,7 +6,9 @@
 pub mod maps;
 pub mod resolver;
 
-use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use crate::event::{Body, Frame, Record};
 
@@ -25,16 +27,16 @@ pub struct SymbolName {
 /// (the process exec'd another program).
 #[derive(Clone, Debug, Default)]
 pub struct Symbols {
-    names: HashMap<(u32, u64), String>,
+    names: FxHashMap<(u32, u64), Arc<str>>,
 }
 
 impl Symbols {
     pub fn insert(&mut self, pid: u32, addr: u64, name: &str) {
-        self.names.insert((pid, addr), name.to_string());
+        self.names.insert((pid, addr), name.into());
     }
 
     pub fn get(&self, pid: u32, addr: u64) -> Option<&str> {
-        self.names.get(&(pid, addr)).map(String::as_str)
+        self.names.get(&(pid, addr)).map(|n| &**n)
     }
 
     pub fn len(&self) -> usize {
@@ -48,7 +50,7 @@ impl Symbols {
     fn name_frames(&self, pid: u32, frames: &mut [Frame]) {
         for f in frames {
             if f.name.is_none() {
-                f.name = self.get(pid, f.addr).map(String::from);
+                f.name = self.names.get(&(pid, f.addr)).cloned();
             }
         }
     }

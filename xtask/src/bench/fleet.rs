@@ -31,14 +31,14 @@ pub struct FleetBench {
 }
 
 /// Runs `cmd` with its output discarded; (peak RSS KiB, wall ms).
-fn measure(cmd: &mut Command) -> anyhow::Result<(u64, f64)> {
+pub(super) fn measure(cmd: &mut Command) -> anyhow::Result<(u64, f64)> {
     let tck = storm::clock_ticks();
     let start = Instant::now();
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .context("cannot start rdmatrace report")?;
+        .context("cannot start the measured command")?;
     let pid = child.id();
     let mut peak = 0;
     loop {
@@ -46,7 +46,7 @@ fn measure(cmd: &mut Command) -> anyhow::Result<(u64, f64)> {
             peak = peak.max(hwm);
         }
         if let Some(status) = child.try_wait()? {
-            anyhow::ensure!(status.success(), "rdmatrace report failed: {status}");
+            anyhow::ensure!(status.success(), "{cmd:?} failed: {status}");
             break;
         }
         thread::sleep(Duration::from_millis(20));

@@ -36,6 +36,22 @@ pub fn figures(i: &Inputs<'_>) -> Figures {
             "M events/s",
         );
     }
+    if let Ok(sb) = i.side {
+        for r in &sb.rows {
+            put(
+                &mut f,
+                format!("replay.{}.previous_release", r.name),
+                r.previous / 1e6,
+                "M events/s",
+            );
+            put(
+                &mut f,
+                format!("replay.{}.vs_previous", r.name),
+                r.ratio,
+                "x",
+            );
+        }
+    }
     for fx in i.fixtures {
         let (_, bytes, _) = fx.rewritten.unwrap_or(fx.committed);
         put(
@@ -91,6 +107,15 @@ pub fn figures(i: &Inputs<'_>) -> Figures {
                 "M events/s",
             );
         }
+    }
+    if let Ok(sc) = i.scale {
+        put(&mut f, "scale.bytes_per_qp", sc.bytes_per_qp, "B");
+        put(
+            &mut f,
+            "scale.flamegraph_1M",
+            super::scale::median(&sc.flame_ms) / 1e3,
+            "s",
+        );
     }
     if let Ok(b) = i.fleet {
         for r in &b.runs {
