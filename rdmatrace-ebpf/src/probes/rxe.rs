@@ -93,18 +93,18 @@ fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
     let ibqp = qp + u64::from(cfg.rxe_qp_ibqp);
     let len = u64::from(read::field::<u32>(skb, cfg.skb_len).unwrap_or(0));
     let qpn = read::field::<u32>(ibqp, cfg.qp_qp_num).unwrap_or(0);
-    // A new QP, or a new QP at a freed QP's address: start from zero.
+    // One lookup per packet; a new QP, or a new QP at a freed QP's address, starts from zero.
     // SAFETY: only the qpn is read, to compare.
-    let fresh = QP_TRAFFIC
-        .get_ptr(qp)
-        .is_none_or(|t| unsafe { (*t).qp.qpn } != qpn);
-    if fresh {
-        // SAFETY: all-zero is a valid value of this integer-only struct.
-        let mut t: QpTraffic = unsafe { core::mem::zeroed() };
-        qp_ident(cfg, ibqp, &mut t.qp);
-        let _ = QP_TRAFFIC.insert(qp, t, 0);
-    }
-    let t = QP_TRAFFIC.get_ptr_mut(qp)?;
+    let t = match QP_TRAFFIC.get_ptr_mut(qp) {
+        Some(t) if unsafe { (*t).qp.qpn } == qpn => t,
+        _ => {
+            // SAFETY: all-zero is a valid value of this integer-only struct.
+            let mut t: QpTraffic = unsafe { core::mem::zeroed() };
+            qp_ident(cfg, ibqp, &mut t.qp);
+            let _ = QP_TRAFFIC.insert(qp, t, 0);
+            QP_TRAFFIC.get_ptr_mut(qp)?
+        }
+    };
     // SAFETY: this CPU's slot of a live map value; nothing else writes it meanwhile.
     unsafe {
         if tx {
