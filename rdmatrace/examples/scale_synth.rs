@@ -93,7 +93,13 @@ fn qps(n: u32) -> anyhow::Result<()> {
     }
     let secs = t.elapsed().as_secs_f64();
     let after = rss_kib();
-    let dev = |q: u32| if q.is_multiple_of(2) { "mlx5_0" } else { "mlx5_1" };
+    let dev = |q: u32| {
+        if q.is_multiple_of(2) {
+            "mlx5_0"
+        } else {
+            "mlx5_1"
+        }
+    };
     let held = (0..n)
         .filter(|&q| {
             let key = QpKey {

@@ -145,4 +145,6 @@ if [ $stats = 1 ]; then
     kill -INT "$tpid"
     wait "$tpid"
 fi
+# Fresh recordings of today's probe set, for their size per event.
+bash xtask/lab/sizes.sh "$rt" "$out"
 put done - - 1

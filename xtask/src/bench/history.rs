@@ -137,6 +137,14 @@ pub fn figures(i: &Inputs<'_>) -> Figures {
         flatten(&mut f, "serve", s.json());
     }
     if let Some(Ok(lab)) = i.lab {
+        for (name, events, bytes, _) in super::report::lab_fresh_sizes(lab) {
+            put(
+                &mut f,
+                format!("size.lab_fresh.{name}"),
+                bytes as f64 / events.max(1) as f64,
+                "B/event",
+            );
+        }
         for (metric, tool) in lab.series() {
             let v = median(&lab.values(&metric, &tool)).unwrap_or(f64::NAN);
             put(&mut f, format!("lab.{metric}.{tool}"), v, "");

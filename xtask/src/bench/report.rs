@@ -198,6 +198,27 @@ fn replay_section(s: &mut String, r: &Replay) {
     s.push('\n');
 }
 
+/// (name, records, bytes, (format, header bytes)).
+pub type FreshSize = (String, u64, u64, Option<(u32, u64)>);
+
+/// The lab's fresh recordings (`xtask/lab/sizes.sh`): (name, records, bytes, (format, header
+/// bytes) of the file left in target/lab/bench).
+pub fn lab_fresh_sizes(lab: &LabResults) -> Vec<FreshSize> {
+    lab.series()
+        .into_iter()
+        .filter(|(m, _)| m == "size_events")
+        .filter_map(|(_, name)| {
+            let events = *lab.values("size_events", &name).first()? as u64;
+            let bytes = *lab.values("size_bytes", &name).first()? as u64;
+            let file = crate::cmd::repo_root()
+                .join("target/lab/bench")
+                .join(format!("size-{name}.rdmt"));
+            let header = super::recording_layout(&file).ok();
+            Some((name, events, bytes, header))
+        })
+        .collect()
+}
+
 /// `bytes / records`, one decimal.
 fn per(bytes: u64, records: u64) -> String {
     format!("{:.1}", bytes as f64 / records.max(1) as f64)
@@ -254,6 +275,15 @@ fn size_section(s: &mut String, i: &Inputs<'_>) {
                 ev.len(),
                 b / e,
                 i.reproduce
+            );
+        }
+        for (name, events, bytes, header) in lab_fresh_sizes(lab) {
+            let _ = writeln!(
+                s,
+                "| lab, fresh: {name} under `record -- CMD` (today's probe set) | v{} | {events} | {bytes} | {} | {} | `bash xtask/lab/sizes.sh` (in the lab) |",
+                header.map_or_else(|| "?".into(), |h| h.0.to_string()),
+                per(bytes, events),
+                header.map_or_else(|| "?".into(), |h| per(bytes - h.1.min(bytes), events)),
             );
         }
     }
