@@ -147,4 +147,6 @@ if [ $stats = 1 ]; then
 fi
 # Fresh recordings of today's probe set, for their size per event.
 bash xtask/lab/sizes.sh "$rt" "$out"
+# 10,000 QPs held under the recorder: its QP-table sampler's CPU per second, its RSS.
+bash xtask/lab/manyqp.sh "$rt" "${RDMATRACE_WORKLOADS:-target/release}" "$out" 10000
 put done - - 1

@@ -578,6 +578,7 @@ pub fn markdown(i: &Inputs<'_>) -> String {
     big_section(&mut s, i.big);
     super::fleet::section(&mut s, i.fleet);
     super::scale::section(&mut s, i.scale);
+    super::scale::lab_qps(&mut s, i.lab);
     super::serve::section(&mut s, i.serve);
     lab_section(&mut s, i.lab, i.reproduce);
     s

@@ -158,3 +158,60 @@ pub fn section(s: &mut String, r: Result<&Scale, &String>) {
     );
     s.push('\n');
 }
+
+/// The lab's 10,000 QPs (`xtask/lab/manyqp.sh`, part of the lab bench).
+pub fn lab_qps(s: &mut String, lab: Option<Result<&super::lab::LabResults, &String>>) {
+    let _ = writeln!(s, "### 10,000 QPs held in the lab\n");
+    let lab = match lab {
+        Some(Ok(l)) => l,
+        Some(Err(e)) => {
+            let _ = writeln!(s, "Not measured: the lab failed ({e}).\n");
+            return;
+        }
+        None => {
+            let _ = writeln!(s, "Not measured: the lab was skipped (--skip-lab).\n");
+            return;
+        }
+    };
+    let one = |m: &str| lab.values(m, "rdmatrace").first().copied();
+    let Some(cpu) = one("manyqp_cpu_ms_per_s") else {
+        let _ = writeln!(
+            s,
+            "Not measured: the lab bench printed no figures for it (see its log).\n"
+        );
+        return;
+    };
+    let show = |v: Option<f64>| v.map_or_else(|| "?".into(), |v| format!("{v:.0}"));
+    let _ = writeln!(
+        s,
+        "`rt-manyqp --qps 10000` (tests/workloads) creates 10,000 RC QPs on rxe0 (depth 1, to \
+         INIT) and holds them while `rdmatrace record` runs (all default probes; its QP-table \
+         sampler dumps the device's QPs over rdma netlink every second). Measured 5 s after the \
+         last QP, over 20 s with all of them held, in the same boot as the rounds above (TCG: \
+         inflated). Reproduce: `bash xtask/lab/manyqp.sh target/release/rdmatrace target/release \
+         OUT 10000` in the lab.\n"
+    );
+    let _ = writeln!(s, "| metric | measured |\n|---|---|");
+    let _ = writeln!(
+        s,
+        "| QPs held (`rdma resource show qp link rxe0`) / their creates in the recording | {} / {} |",
+        show(one("manyqp_held")),
+        show(one("manyqp_recorded_creates"))
+    );
+    let _ = writeln!(
+        s,
+        "| time to create them under the recorder | {} ms |",
+        show(one("manyqp_create_ms"))
+    );
+    let _ = writeln!(
+        s,
+        "| recorder CPU with them held | {cpu:.0} ms per second ({:.0} % of a core) |",
+        cpu / 10.0
+    );
+    let _ = writeln!(
+        s,
+        "| recorder RSS with them held / peak (VmHWM) | {:.1} MiB / {:.1} MiB |\n",
+        one("manyqp_rss_kib").unwrap_or(f64::NAN) / 1024.0,
+        one("manyqp_hwm_kib").unwrap_or(f64::NAN) / 1024.0
+    );
+}

@@ -1,0 +1,44 @@
+//! Holds many RC QPs for the scale bench: `rt-manyqp --dev NAME --qps N --hold SECS` creates N
+//! QPs (depth 1, brought to INIT) on one PD and CQ, prints `rt-manyqp: pid P dev D qps N first
+//! QPN last QPN holding`, holds them SECS seconds, then destroys them and exits.
+
+use anyhow::Context as _;
+use rdmatrace_workloads::Verbs;
+
+fn main() -> anyhow::Result<()> {
+    let mut dev = None;
+    let (mut qps, mut hold) = (1000u32, 10u64);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "-d" | "--dev" => dev = Some(value()?),
+            "--qps" => qps = value()?.parse().context("--qps")?,
+            "--hold" => hold = value()?.parse().context("--hold")?,
+            other => {
+                anyhow::bail!("unknown argument {other:?} (usage: --dev NAME --qps N --hold SECS)")
+            }
+        }
+    }
+    let verbs = Verbs::open(dev.as_deref())?;
+    let mut held = Vec::with_capacity(qps as usize);
+    for i in 0..qps {
+        let qp = verbs
+            .create_rc_qp_with(1)
+            .with_context(|| format!("QP {i} of {qps}"))?;
+        let errno = qp.modify_to_init();
+        anyhow::ensure!(errno == 0, "QP {i}: RESET->INIT errno {errno}");
+        held.push(qp);
+    }
+    println!(
+        "rt-manyqp: pid {} dev {} qps {} first {:#x} last {:#x} holding",
+        std::process::id(),
+        verbs.name,
+        held.len(),
+        held.first().map_or(0, |q| q.qpn()),
+        held.last().map_or(0, |q| q.qpn()),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(hold));
+    drop(held);
+    Ok(())
+}
