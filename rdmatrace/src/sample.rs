@@ -246,11 +246,25 @@ impl Sampler {
         self.netlink.take().map(|n| n.finish()).unwrap_or_default()
     }
 
-    /// Records for everything that moved since the previous call.
+    /// Records for everything that moved since the previous call (the QP table within its
+    /// CPU budget: a large table is read less often than every call).
     pub fn poll(&mut self, ts_ns: u64) -> Vec<Vec<u8>> {
+        self.poll_with(ts_ns, false)
+    }
+
+    /// [`Sampler::poll`] for the last time: the QP table is read whatever its budget.
+    pub fn poll_final(&mut self, ts_ns: u64) -> Vec<Vec<u8>> {
+        self.poll_with(ts_ns, true)
+    }
+
+    fn poll_with(&mut self, ts_ns: u64, last: bool) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         if let (Some(nl), true) = (&mut self.netlink, ts_ns != 0) {
-            out.extend(nl.poll(ts_ns));
+            if last {
+                out.extend(nl.poll_now(ts_ns).0);
+            } else {
+                out.extend(nl.poll(ts_ns));
+            }
         }
         if let Some(map) = &self.tcp {
             // Keys the kernel evicted or no longer has are forgotten here too.

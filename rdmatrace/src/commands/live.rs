@@ -228,7 +228,7 @@ async fn run<S: Sink>(
         consumer.lost(count, cpu, now);
     }
     if let Some(s) = sampler {
-        for sample in s.poll(now) {
+        for sample in s.poll_final(now) {
             consumer.raw(&sample);
         }
         for w in s.take_warnings().into_iter().chain(s.finish()) {

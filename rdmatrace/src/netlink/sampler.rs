@@ -17,7 +17,17 @@ pub struct NetlinkSampler {
     /// Problems since the last [`NetlinkSampler::take_warnings`], each said once.
     warnings: Vec<String>,
     said: std::collections::HashSet<String>,
+    /// Monotonic ns before which [`NetlinkSampler::poll`] skips: a dump costs time that grows
+    /// with the QPs (the kernel walks its table once per netlink message), so the sampler keeps
+    /// to a budget of [`DUTY`] of one core.
+    next_ns: u64,
+    /// The interval said last (ms), to say it again only when it changes a lot.
+    said_interval_ms: u64,
 }
+
+/// The share of a core the QP-table sampler may take: polls are spaced at least
+/// 1 / DUTY times the last dump's duration apart.
+pub const DUTY: f64 = 0.1;
 
 fn comm_of(row: &QpRow) -> String {
     if row.pid == 0 {
@@ -50,6 +60,8 @@ impl NetlinkSampler {
             binder,
             warnings: recovered,
             said: Default::default(),
+            next_ns: 0,
+            said_interval_ms: 0,
         };
         if let Some(b) = &mut s.binder {
             let notes = std::mem::take(&mut b.notes);
@@ -70,12 +82,38 @@ impl NetlinkSampler {
 
     /// Records for what changed since the previous call.
     pub fn poll(&mut self, ts_ns: u64) -> Vec<Vec<u8>> {
+        if ts_ns < self.next_ns {
+            return Vec::new();
+        }
+        let started = std::time::Instant::now();
+        let (out, qps) = self.poll_now(ts_ns);
+        let took = started.elapsed();
+        let gap_ns = (took.as_nanos() as f64 / DUTY) as u64;
+        self.next_ns = ts_ns.saturating_add(gap_ns);
+        let gap_ms = gap_ns / 1_000_000;
+        // Said when the spacing first exceeds the once-a-second tick, then when it doubles.
+        if gap_ms > 1_000 && gap_ms > self.said_interval_ms * 2 {
+            self.said_interval_ms = gap_ms;
+            self.warnings.push(format!(
+                "QP table: {qps} QPs took {:.0} ms to read; sampled every {:.1} s from now on \
+                 (kept under {:.0} % of a core; probes still see every QP change)",
+                took.as_secs_f64() * 1e3,
+                gap_ms as f64 / 1e3,
+                DUTY * 100.0
+            ));
+        }
+        out
+    }
+
+    /// [`NetlinkSampler::poll`] now, whatever the budget (the last sample of a trace); returns
+    /// the records and the QPs the table holds.
+    pub fn poll_now(&mut self, ts_ns: u64) -> (Vec<Vec<u8>>, usize) {
         let mut out = Vec::new();
         let devices = match self.nl.devices() {
             Ok(d) => d,
             Err(e) => {
                 self.warn(format!("QP table not sampled: {e}"));
-                return out;
+                return (out, 0);
             }
         };
         let mut rows = Vec::new();
@@ -106,7 +144,8 @@ impl NetlinkSampler {
         for s in self.counters.diff(&counters, ts_ns) {
             out.push(pod_bytes(&s));
         }
-        out
+        let qps = self.qps.len();
+        (out, qps)
     }
 
     /// Undoes any binding; returns what could not be undone.

@@ -47,6 +47,15 @@ pub struct QpTable {
 impl QpTable {
     /// Changes between the previous snapshot and `now`; `comm` names a row's owner (the
     /// kernel's name for kernel QPs is in the row itself).
+    /// QPs in the table.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
     pub fn diff(
         &mut self,
         now: Vec<QpRow>,
