@@ -186,7 +186,8 @@ pub fn lab_qps(s: &mut String, lab: Option<Result<&super::lab::LabResults, &Stri
         s,
         "`rt-manyqp --qps 10000` (tests/workloads) creates 10,000 RC QPs on rxe0 (depth 1, to \
          INIT) and holds them while `rdmatrace record` runs (all default probes; its QP-table \
-         sampler dumps the device's QPs over rdma netlink every second). Measured 5 s after the \
+         sampler reads the device's QPs over rdma netlink once a second, less often when a read \
+         takes long: it keeps to 10 % of a core). Measured 5 s after the \
          last QP, over 20 s with all of them held, in the same boot as the rounds above (TCG: \
          inflated). Reproduce: `bash xtask/lab/manyqp.sh target/release/rdmatrace target/release \
          OUT 10000` in the lab.\n"
