@@ -123,6 +123,24 @@ fn faults<'a>(r: &'a Value, kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The kernel's own count, on this host's device, of requests that arrived out of sequence and
+/// of sequence-error NAKs received: read from sysfs, independently of the tracer.
+fn wire_loss_counters(h: &Host) -> u64 {
+    ["out_of_seq_request", "rcvd_seq_err"]
+        .iter()
+        .filter_map(|c| {
+            std::fs::read_to_string(format!(
+                "/sys/class/infiniband/{}/ports/1/hw_counters/{c}",
+                h.dev
+            ))
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+        })
+        .sum()
+}
+
 /// Runs `scenario` on both hosts with each recording its side, then on a returns the report.
 fn recorded(h: &Host, test: &str, scenario: impl FnOnce()) -> Option<Value> {
     let recorder = h.record(test);
@@ -141,9 +159,15 @@ fn lab_hosts_1_ib_write_bw_ends_paired_and_the_clock_offset_recovered() {
     let h = Host::here();
     let test = "write-bw";
     let mut mine = (0, String::new());
+    let before = wire_loss_counters(&h);
     let report = recorded(&h, test, || {
         mine = write_bw(&h, test, &["-s", "4096", "-n", "2000"])
     });
+    // Whether the emulated wire (a UDP socket pair between the two qemu processes) lost
+    // packets, by the kernel's counters: under a loaded host it can, and then the run is not
+    // healthy and the report must say so.
+    let lost_here = wire_loss_counters(&h).saturating_sub(before);
+    h.put(&format!("{test}-wire-loss"), &lost_here.to_string());
     let truth = h.measured_clock_correction();
     h.barrier(&format!("{test}-clock"));
     let (Some(r), Some((truth, truth_bound))) = (report, truth) else {
@@ -175,11 +199,29 @@ fn lab_hosts_1_ib_write_bw_ends_paired_and_the_clock_offset_recovered() {
         (est - truth).abs() <= bound + truth_bound + CLOCK_SLACK_NS,
         "correction {est} ± {bound} ns, truth {truth} ± {truth_bound} ns"
     );
-    assert!(
-        r["faults"].as_array().is_some_and(Vec::is_empty),
-        "a healthy run has no fault: {:#}",
-        r["faults"]
-    );
+    let lost_b: u64 = h
+        .get("b", &format!("{test}-wire-loss"))
+        .parse()
+        .expect("b's loss counters");
+    let faults = r["faults"].as_array().expect("faults");
+    if lost_here + lost_b == 0 {
+        assert!(
+            faults.is_empty(),
+            "a healthy run has no fault: {:#}",
+            r["faults"]
+        );
+    } else {
+        // A few losses may stay under packet_loss's thresholds; anything else is a defect.
+        eprintln!(
+            "the emulated wire lost packets during this run (kernel counters: lab-a +{lost_here}, \
+             lab-b +{lost_b}): checking that the report names no fault but packet_loss"
+        );
+        assert!(
+            faults.iter().all(|f| f["kind"] == "packet_loss"),
+            "{:#}",
+            r["faults"]
+        );
+    }
 }
 
 #[test]
