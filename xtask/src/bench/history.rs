@@ -113,7 +113,7 @@ pub fn figures(i: &Inputs<'_>) -> Figures {
         put(
             &mut f,
             "scale.flamegraph_1M",
-            super::scale::median(&sc.flame_ms) / 1e3,
+            super::median(&sc.flame_ms).unwrap_or(f64::NAN) / 1e3,
             "s",
         );
     }

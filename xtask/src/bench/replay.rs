@@ -25,11 +25,10 @@ impl Replay {
     }
 }
 
-fn estimate(name: &str) -> anyhow::Result<(f64, f64, f64)> {
-    let path = cmd::repo_root()
-        .join("target/criterion/replay")
-        .join(name)
-        .join("new/estimates.json");
+/// Criterion's median (ns per pass) of benchmark `replay/NAME` and its 95 % CI, from the
+/// estimates under `home` (criterion's output folder).
+pub fn estimate(home: &std::path::Path, name: &str) -> anyhow::Result<(f64, f64, f64)> {
+    let path = home.join("replay").join(name).join("new/estimates.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let v: Value =
@@ -85,7 +84,7 @@ pub fn run() -> anyhow::Result<Replay> {
         .and_then(|l| l.split(' ').next()?.parse().ok());
     let mut results = Vec::new();
     for name in ["file", "decode_correlate"] {
-        let (m, lo, hi) = estimate(name)?;
+        let (m, lo, hi) = estimate(&cmd::repo_root().join("target/criterion"), name)?;
         results.push((name, m, lo, hi));
     }
     Ok(Replay {

@@ -6,7 +6,7 @@ use std::{fmt::Write as _, process::Command};
 use anyhow::Context as _;
 use serde_json::Value;
 
-use super::{fleet, out_dir, release_bin};
+use super::{fleet, median, out_dir, release_bin};
 
 const QPS: u32 = 1_000_000;
 const SAMPLES: u64 = 1_000_000;
@@ -97,12 +97,6 @@ pub fn run() -> anyhow::Result<Scale> {
     })
 }
 
-pub fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 pub fn section(s: &mut String, r: Result<&Scale, &String>) {
     let _ = writeln!(s, "## Scale (synthetic)\n");
     let r = match r {
@@ -142,7 +136,7 @@ pub fn section(s: &mut String, r: Result<&Scale, &String>) {
         r.bytes_per_qp,
         met(r.bytes_per_qp <= 512.0)
     );
-    let m = median(&r.flame_ms);
+    let m = median(&r.flame_ms).unwrap_or(f64::NAN);
     let (lo, hi) = r
         .flame_ms
         .iter()

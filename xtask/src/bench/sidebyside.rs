@@ -12,6 +12,7 @@ use std::{
 use anyhow::Context as _;
 use serde_json::Value;
 
+use super::median;
 use crate::cmd;
 
 /// Pairs of runs (previous, today).
@@ -105,26 +106,12 @@ fn measure(exe: &Path, home: &Path) -> anyhow::Result<Rates> {
         .context("the bench did not say how many events it replays")?;
     let mut rates = Vec::new();
     for name in ["file", "decode_correlate"] {
-        let path = home.join("replay").join(name).join("new/estimates.json");
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let v: Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not JSON", path.display()))?;
-        if let Some(ns) = v["median"]["point_estimate"].as_f64() {
+        // A bench of the previous release may lack a benchmark: it is left out.
+        if let Ok((ns, ..)) = super::replay::estimate(home, name) {
             rates.push((name, events / (ns / 1e9)));
         }
     }
     Ok(rates)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 pub fn run() -> anyhow::Result<SideBySide> {
@@ -190,9 +177,9 @@ pub fn run() -> anyhow::Result<SideBySide> {
         }
         rows.push(Row {
             name,
-            previous: median(pairs.iter().map(|p| p.0).collect()),
-            today: median(pairs.iter().map(|p| p.1).collect()),
-            ratio: median(pairs.iter().map(|p| p.1 / p.0).collect()),
+            previous: median(&pairs.iter().map(|p| p.0).collect::<Vec<_>>()).unwrap_or(f64::NAN),
+            today: median(&pairs.iter().map(|p| p.1).collect::<Vec<_>>()).unwrap_or(f64::NAN),
+            ratio: median(&pairs.iter().map(|p| p.1 / p.0).collect::<Vec<_>>()).unwrap_or(f64::NAN),
         });
     }
     Ok(SideBySide {
