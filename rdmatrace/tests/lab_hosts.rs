@@ -9,7 +9,7 @@ mod common;
 use std::{
     process::{Child, Command, Stdio},
     thread::sleep,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use common::{hosts::Host, lab::*, *};
@@ -47,6 +47,51 @@ fn spawn(prog: &str, args: &[&str]) -> Child {
 fn output(c: Child) -> (bool, String) {
     let out = c.wait_with_output().expect("program output");
     (out.status.success(), text(&out))
+}
+
+/// The QPs of `dev` in state RTS and their owners' pids, as the kernel lists them (`rdma
+/// resource show qp`, independently of the tracer).
+fn rts_pids(dev: &str) -> Vec<u64> {
+    let out = Command::new("rdma")
+        .args(["-j", "resource", "show", "qp", "link", &format!("{dev}/1")])
+        .output()
+        .expect("run rdma resource show qp");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|q| q["state"] == "RTS")
+        .filter_map(|q| q["pid"].as_u64())
+        .collect()
+}
+
+/// Starts `prog ARGS` (a client) again until its QP on `dev` reaches RTS (its server may not
+/// listen yet: then it exits first); returns it still running.
+fn client_in_rts(dev: &str, prog: &str, args: &[&str]) -> Child {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut c = spawn(prog, args);
+        let pid = u64::from(c.id());
+        loop {
+            if rts_pids(dev).contains(&pid) {
+                return c;
+            }
+            if c.try_wait().expect("client status").is_some() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{prog} {args:?} never reached RTS"
+            );
+            sleep(Duration::from_millis(100));
+        }
+        let (_, out) = output(c);
+        assert!(
+            Instant::now() < deadline,
+            "{prog} {args:?} never reached RTS: {out}"
+        );
+        sleep(Duration::from_millis(700));
+    }
 }
 
 /// ib_write_bw ARGS between the hosts: b serves, a connects. Returns (pid, output) of this
@@ -363,7 +408,10 @@ fn lab_hosts_5_peer_killed_with_sigkill_is_the_side_at_fault() {
         if h.is_a() {
             h.get("b", "dead-up");
             args.push(&h.peer_addr);
-            let mut client = spawn("ib_write_bw", &args);
+            let mut client = client_in_rts(&h.dev, "ib_write_bw", &args);
+            // Traffic flows: the server may die now.
+            sleep(Duration::from_secs(1));
+            h.put("dead-running", &client.id().to_string());
             h.get("b", "dead-killed");
             // The client retries into the void; let it for a few seconds, then end it.
             sleep(Duration::from_secs(4));
@@ -372,8 +420,10 @@ fn lab_hosts_5_peer_killed_with_sigkill_is_the_side_at_fault() {
         } else {
             let mut server = spawn("ib_write_bw", &args);
             killed = server.id();
+            sleep(Duration::from_millis(500));
             h.put("dead-up", "1");
-            sleep(Duration::from_secs(6));
+            h.get("a", "dead-running");
+            sleep(Duration::from_secs(2));
             let _ = server.kill();
             let _ = server.wait();
             h.put("dead-killed", &killed.to_string());
