@@ -39,7 +39,11 @@ impl KernelBtf {
     /// Opens `dir/vmlinux` (normally `/sys/kernel/btf`).
     pub fn open(dir: &Path) -> Result<KernelBtf, BtfError> {
         let path = dir.join("vmlinux");
-        let vmlinux = Btf::from_file(&path).map_err(|why| BtfError::Read { path, why })?;
+        // Read whole first: parsing straight from the sysfs file costs a seek system call per
+        // type (hundreds of thousands of them).
+        let vmlinux = read(&path)
+            .and_then(|b| Btf::from_bytes(&b))
+            .map_err(|why| BtfError::Read { path, why })?;
         Ok(KernelBtf {
             dir: dir.to_path_buf(),
             vmlinux,
@@ -61,7 +65,8 @@ impl KernelBtf {
                     path,
                 });
             }
-            let btf = Btf::from_split_file(&path, &self.vmlinux)
+            let btf = read(&path)
+                .and_then(|b| Btf::from_split_bytes(&b, &self.vmlinux))
                 .map_err(|why| BtfError::Read { path, why })?;
             self.modules.insert(module.to_string(), btf);
         }
@@ -72,6 +77,10 @@ impl KernelBtf {
     pub fn vmlinux(&self) -> &Btf {
         &self.vmlinux
     }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, btf_rs::Error> {
+    Ok(std::fs::read(path)?)
 }
 
 /// Follows typedefs and qualifiers to the type they name.

@@ -5,6 +5,7 @@ use crate::btf;
 pub mod copies;
 mod resolve;
 pub mod uprobe;
+mod verify;
 
 use std::path::PathBuf;
 
@@ -236,6 +237,7 @@ fn program_error(e: ProgramError) -> String {
 
 fn attach_one(
     ebpf: &mut Ebpf,
+    verified: &verify::Verified,
     spec: &ProbeSpec,
     aya_btf: Option<&Btf>,
     opts: &LoadOptions,
@@ -245,6 +247,9 @@ fn attach_one(
     let prog = ebpf
         .program_mut(spec.program)
         .ok_or_else(|| format!("program {} missing from the eBPF object", spec.program))?;
+    if let Some(Err(why)) = verified.get(spec.program) {
+        return Err(why.clone());
+    }
     match spec.hook {
         Hook::Kprobe | Hook::Kretprobe => {
             if !kprobes_supported() {
@@ -262,7 +267,10 @@ fn attach_one(
         Hook::BtfTracepoint => {
             let btf = aya_btf.ok_or("kernel BTF unavailable")?;
             let p: &mut BtfTracePoint = prog.try_into().map_err(program_error)?;
-            p.load(spec.target, btf).map_err(program_error)?;
+            match p.load(spec.target, btf) {
+                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
+                Err(e) => return Err(program_error(e)),
+            }
             p.attach().map_err(|e| {
                 format!(
                     "cannot attach to tp_btf/{}: {}",
@@ -318,11 +326,11 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
                 .load(PROBES_OBJ);
             (btf, ebpf, parsed, t.elapsed() - parsed)
         });
-        let resolved = resolve::areas(opts, areas);
+        let resolved = resolve::areas(opts, areas, &mut phases);
         (resolved, loader.join())
     });
     let (cfg, usable, mut report) = resolved?;
-    phases.mark("kernel BTF read, offsets resolved");
+    phases.mark("offsets resolved (modules' BTF read as needed)");
     let (aya_btf, ebpf, parsed, object) = loaded.map_err(|_| LoadError::LoaderThread)?;
     phases
         .out
@@ -352,6 +360,8 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
 
     phases.mark("config set");
     let lib_dirs = uprobe::library_dirs();
+    let (verified, _) = verify::all(&mut ebpf, &usable, aya_btf.as_ref(), &lib_dirs);
+    phases.mark("programs verified, several at a time");
     let mut libs = LibSymbols::new();
     let mut kallsyms = None;
     for area in usable {
@@ -361,6 +371,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
             } else {
                 let r = attach_one(
                     &mut ebpf,
+                    &verified,
                     spec,
                     aya_btf.as_ref(),
                     opts,

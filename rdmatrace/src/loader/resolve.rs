@@ -11,11 +11,13 @@ use crate::{btf, collect::Area};
 pub(super) fn areas<'a>(
     opts: &LoadOptions,
     areas: &'a [Area],
+    phases: &mut Phases,
 ) -> Result<(ProbeConfig, Vec<&'a Area>, AttachReport), LoadError> {
     let mut kbtf = btf::KernelBtf::open(&opts.btf_dir).map_err(|source| LoadError::Btf {
         dir: opts.btf_dir.clone(),
         source,
     })?;
+    phases.mark("kernel BTF read");
     let mut cfg = ProbeConfig::unresolved();
     if opts.traced_pids.is_some() {
         cfg.filter_mode = rdmatrace_common::config::FILTER_TRACED;
