@@ -451,7 +451,9 @@ impl Analyzer {
                 q.enter(*to, rec.ts_ns);
                 let owner = q.owner_pid;
                 let (was, is) = (QpLife::connected(*from), QpLife::connected(Some(*to)));
-                if !by_driver && is && !was {
+                // The kernel's table showing it connected counts too: the owner's modify was
+                // missed (the driver never connects a QP by itself).
+                if is && !was {
                     self.proc(owner, "").qps_rts += 1;
                 }
                 if is && !was {

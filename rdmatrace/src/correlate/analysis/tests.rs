@@ -563,3 +563,47 @@ fn losses_are_totalled_per_cpu_when_the_cpu_is_known() {
     );
     assert!(!said[3].contains("CPU"), "{said:?}");
 }
+
+#[test]
+fn a_qp_whose_connecting_modify_was_missed_is_connected_by_the_table_or_its_traffic() {
+    use crate::event::ResChange;
+    let created = |a: &mut Analysis, pid: u32, qpn: u32| {
+        a.push(&rec(
+            pid,
+            "app",
+            1,
+            Body::QpCreate {
+                qp: qp(qpn),
+                ret: 0,
+            },
+        ));
+    };
+    // The kernel's QP table shows it in RTS: counted as reached, as a seen modify would be.
+    let mut a = Analysis::default();
+    created(&mut a, 1, 0x11);
+    a.push(&rec(
+        1,
+        "app",
+        2,
+        res_row(0x11, QpState::Rts, ResChange::Changed),
+    ));
+    let r = a.finish();
+    assert_eq!(r.processes[0].stats.qps_rts, 1);
+    // No transition seen at all, but packets counted on the QP: it was connected.
+    let mut a = Analysis::default();
+    created(&mut a, 2, 0x12);
+    a.push(&rec(0, "", 3, traffic(0x12, 2, 13 << 20)));
+    let r = a.finish();
+    assert_eq!(verdict_of(&r, 2), Verdict::Rdma);
+    let p = &r.processes[0];
+    assert!(
+        p.evidence.iter().any(|e| e.contains("0 reached RTR/RTS"))
+            && p.evidence.iter().any(|e| e.contains("was not seen")),
+        "{:?}",
+        p.evidence
+    );
+    // Neither: a created QP that never moved anything is idle.
+    let mut a = Analysis::default();
+    created(&mut a, 3, 0x13);
+    assert_eq!(verdict_of(&a.finish(), 3), Verdict::Idle);
+}

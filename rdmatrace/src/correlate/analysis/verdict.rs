@@ -187,6 +187,12 @@ fn rdma_bytes(p: &ProcStats, traffic_measured: bool) -> (u64, bool) {
     }
 }
 
+/// Whether a QP of `p` was seen connected: a transition to RTR/RTS, or traffic counted on its
+/// QPs (a QP that moved packets was connected, even if its transition was missed).
+fn connected(p: &ProcStats, traffic_measured: bool) -> bool {
+    p.qps_rts > 0 || (traffic_measured && p.rdma_tx_packets + p.rdma_rx_packets > 0)
+}
+
 /// The verdict alone, without its evidence (no allocation: a live agent asks it of every
 /// process once a second). [`verdict`] gives the same verdict with its evidence.
 pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
@@ -194,6 +200,7 @@ pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
     // TCP on the RDMA path: to its QPs' peers or to peers not known.
     let tcp_path = tcp.saturating_sub(p.tcp_side_bytes());
     let touched = p.ctx_opens > 0 || p.qps_created > 0;
+    let connected = connected(p, traffic_measured);
     let (rdma, traffic_measured) = rdma_bytes(p, traffic_measured);
     let tcp_data = tcp >= TCP_DATA_THRESHOLD;
     if !touched {
@@ -209,7 +216,7 @@ pub fn classify(p: &ProcStats, traffic_measured: bool) -> Verdict {
         } else {
             Verdict::Idle
         }
-    } else if p.qps_rts == 0 || (traffic_measured && rdma == 0) {
+    } else if !connected || (traffic_measured && rdma == 0) {
         // Never connected a QP, or connected ones that carried nothing.
         if tcp_data {
             Verdict::TcpFallback
@@ -248,6 +255,13 @@ pub fn verdict(p: &ProcStats, traffic_measured: bool) -> (Verdict, Vec<String>) 
             },
             p.qps_rts
         ));
+        if p.qps_rts == 0 && connected(p, traffic_measured) {
+            ev.push(
+                "its QPs carried packets, so one was connected: its transition to RTR/RTS was \
+                 not seen"
+                    .into(),
+            );
+        }
     }
     if !touched && p.device_lookups > 0 {
         ev.push(format!(
