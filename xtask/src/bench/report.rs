@@ -461,7 +461,15 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
     let _ = writeln!(
         s,
         "| peak RSS (VmHWM, max over rounds) | < 64 MiB | {} | {} |",
-        opt(rss("rdmatrace"), |v| format!("{:.1} MiB", v / 1024.0)),
+        opt(rss("rdmatrace"), |v| format!(
+            "{:.1} MiB ({})",
+            v / 1024.0,
+            if v < 64.0 * 1024.0 {
+                "met"
+            } else {
+                "**not met**"
+            }
+        )),
         opt(rss("bpftrace"), |v| format!("{:.1} MiB", v / 1024.0))
     );
     let cpu = |t: &str| median(&lab.values("cpu_ms", t));
