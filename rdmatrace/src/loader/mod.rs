@@ -330,7 +330,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         (resolved, loader.join())
     });
     let (cfg, usable, mut report) = resolved?;
-    phases.mark("offsets resolved (modules' BTF read as needed)");
+    phases.mark("waiting for the object load");
     let (aya_btf, ebpf, parsed, object) = loaded.map_err(|_| LoadError::LoaderThread)?;
     phases
         .out

@@ -55,6 +55,7 @@ pub(super) fn areas<'a>(
             Err(e) => off(&mut report, e.to_string()),
         }
     }
+    phases.mark("offsets resolved (modules' BTF read as needed)");
     Ok((cfg, usable, report))
 }
 
