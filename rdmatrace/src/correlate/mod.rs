@@ -27,6 +27,8 @@ pub struct QpTrack {
     pub qp_type: u32,
     /// Monotonic ns of the last state change.
     pub since_ns: u64,
+    /// Where its life was first seen.
+    pub origin: Origin,
 }
 
 impl QpTrack {
@@ -134,8 +136,16 @@ impl Correlator {
         }
         match &mut rec.body {
             Body::QpCreate { qp, ret } if *ret == 0 => {
-                let owner = (rec.pid, &rec.comm, rec.ts_ns);
-                self.born(qp, Some(QpState::Reset), Origin::Create, owner);
+                // The kernel's table lists a QP from inside its creation, so a sample may come
+                // before the create's return: that row's life is this QP's.
+                let listed = self
+                    .qps
+                    .get(&qp.key)
+                    .is_some_and(|t| t.origin == Origin::Table && t.owner_pid == rec.pid);
+                if !listed {
+                    let owner = (rec.pid, &rec.comm, rec.ts_ns);
+                    self.born(qp, Some(QpState::Reset), Origin::Create, owner);
+                }
             }
             Body::QpModify { qp, attrs, ret } => {
                 let track = self.qps.get_mut(&qp.key);
@@ -246,6 +256,7 @@ impl Correlator {
                 owner_comm: comm.clone(),
                 qp_type: qp.qp_type,
                 since_ns: ts,
+                origin,
             },
         );
         self.change = Some(QpChange::Born {

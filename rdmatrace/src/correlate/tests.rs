@@ -254,3 +254,49 @@ fn destroyed_qps_are_forgotten_after_a_while_but_not_a_reused_key() {
     assert_eq!(c.ended_qps(), 1);
     assert!(c.owner(&qp_info("rxe0", 1).key).is_some());
 }
+
+#[test]
+fn a_table_row_sampled_before_the_create_returned_is_the_same_qp_life() {
+    use crate::event::{QpResRow, ResChange};
+    let row = |pid: u32, ts: u64, state: QpState, change: ResChange| {
+        rec(
+            pid,
+            "ib_write_bw",
+            ts,
+            Body::QpRes(QpResRow {
+                qp: qp("rxe0", 0x11),
+                port: 1,
+                rqpn: None,
+                sq_psn: 0,
+                rq_psn: None,
+                state: Some(state),
+                change,
+            }),
+        )
+    };
+    let key = QpKey {
+        dev: "rxe0".into(),
+        qpn: 0x11,
+    };
+    let mut c = Correlator::new();
+    // The sampler lists the QP from inside ib_create_qp_user, before its return probe fires.
+    c.observe(&mut row(238, 1, QpState::Reset, ResChange::New));
+    let life = c.life(&key);
+    let create = Body::QpCreate {
+        qp: qp("rxe0", 0x11),
+        ret: 0,
+    };
+    c.observe(&mut rec(238, "ib_write_bw", 2, create.clone()));
+    assert!(c.change().is_none(), "{:?}", c.change());
+    assert_eq!(c.life(&key), life, "one life, not two");
+    c.observe(&mut rec(
+        238,
+        "ib_write_bw",
+        3,
+        modify("rxe0", 0x11, QpState::Init, 0),
+    ));
+    assert_eq!(c.qp(&key).and_then(|t| t.state), Some(QpState::Init));
+    // Another process's QP at that QPN (the first one's destroy missed) is a new life.
+    c.observe(&mut rec(239, "other", 4, create));
+    assert_ne!(c.life(&key), life);
+}
