@@ -13,8 +13,7 @@ use aya::{
     maps::Array,
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-        BtfTracePoint, KProbe, PerfEvent, ProgramError, UProbe,
+        BtfTracePoint, KProbe, PerfEvent, ProgramError,
     },
     Btf, Ebpf, EbpfLoader,
 };
@@ -281,7 +280,7 @@ fn attach_one(
         }
         Hook::Uprobe { lib, cookie } => {
             let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
-            attach_uprobe(prog, spec.target, &path, cookie, libs)?;
+            uprobe::attach(prog, spec.target, &path, cookie, libs)?;
         }
         Hook::PerfCpuClock => {
             let hz = opts.cpu_hz.ok_or("no sampling frequency given")?;
@@ -414,41 +413,6 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     Ok(Tracer { ebpf, report })
 }
 
-/// Attaches the uprobe program `prog` at `symbol` of the shared object at `path` (every
-/// process that maps that file), told which function by `cookie`.
-fn attach_uprobe(
-    prog: &mut aya::programs::Program,
-    symbol: &str,
-    path: &std::path::Path,
-    cookie: u64,
-    libs: &mut LibSymbols,
-) -> Result<(), String> {
-    let symbols = libs
-        .entry(path.to_path_buf())
-        .or_insert_with(|| uprobe::Symbols::read(path).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(Clone::clone)?;
-    let offset = symbols.offset(symbol).map_err(|e| e.to_string())?;
-    let p: &mut UProbe = prog.try_into().map_err(program_error)?;
-    match p.load() {
-        Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
-        Err(e) => return Err(program_error(e)),
-    }
-    let point = UProbeAttachPoint {
-        location: UProbeAttachLocation::AbsoluteOffset(offset),
-        cookie: Some(cookie),
-    };
-    p.attach(point, path, UProbeScope::AllProcesses)
-        .map_err(|e| {
-            format!(
-                "cannot attach to {}:{symbol}: {}",
-                path.display(),
-                program_error(e)
-            )
-        })?;
-    Ok(())
-}
-
 fn insert_traced(ebpf: &mut Ebpf, pid: u32) -> Result<(), LoadError> {
     let map = ebpf
         .map_mut("TRACED")
@@ -484,7 +448,7 @@ impl Tracer {
             let Some(prog) = self.ebpf.program_mut(spec.program) else {
                 continue;
             };
-            match attach_uprobe(prog, spec.target, path, cookie, &mut libs) {
+            match uprobe::attach(prog, spec.target, path, cookie, &mut libs) {
                 Ok(()) => n += 1,
                 Err(e) => {
                     first_err.get_or_insert(e);

@@ -6,6 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
+use aya::programs::{
+    uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    ProgramError, UProbe,
+};
+
 use object::{
     elf::{FileHeader64, PT_LOAD},
     read::elf::{FileHeader as _, ProgramHeader as _, Sym as _},
@@ -194,6 +199,41 @@ impl Symbols {
                 symbol: symbol.to_string(),
             })
     }
+}
+
+/// Attaches the uprobe program `prog` at `symbol` of the shared object at `path` (every
+/// process that maps that file), told which function by `cookie`.
+pub(super) fn attach(
+    prog: &mut aya::programs::Program,
+    symbol: &str,
+    path: &std::path::Path,
+    cookie: u64,
+    libs: &mut super::resolve::LibSymbols,
+) -> Result<(), String> {
+    let symbols = libs
+        .entry(path.to_path_buf())
+        .or_insert_with(|| Symbols::read(path).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(Clone::clone)?;
+    let offset = symbols.offset(symbol).map_err(|e| e.to_string())?;
+    let p: &mut UProbe = prog.try_into().map_err(super::program_error)?;
+    match p.load() {
+        Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
+        Err(e) => return Err(super::program_error(e)),
+    }
+    let point = UProbeAttachPoint {
+        location: UProbeAttachLocation::AbsoluteOffset(offset),
+        cookie: Some(cookie),
+    };
+    p.attach(point, path, UProbeScope::AllProcesses)
+        .map_err(|e| {
+            format!(
+                "cannot attach to {}:{symbol}: {}",
+                path.display(),
+                super::program_error(e)
+            )
+        })?;
+    Ok(())
 }
 
 #[cfg(test)]

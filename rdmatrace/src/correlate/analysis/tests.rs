@@ -217,7 +217,7 @@ fn illegal_transitions_are_named_as_the_likely_cause() {
     );
 }
 
-fn rts_qp(a: &mut Analysis, pid: u32, qpn: u32) {
+fn created_qp(a: &mut Analysis, pid: u32, qpn: u32) {
     a.push(&rec(
         pid,
         "app",
@@ -227,6 +227,10 @@ fn rts_qp(a: &mut Analysis, pid: u32, qpn: u32) {
             ret: 0,
         },
     ));
+}
+
+fn rts_qp(a: &mut Analysis, pid: u32, qpn: u32) {
+    created_qp(a, pid, qpn);
     for (t, s) in [(2, QpState::Init), (3, QpState::Rtr), (4, QpState::Rts)] {
         a.push(&rec(pid, "app", t, to(qpn, s)));
     }
@@ -567,20 +571,9 @@ fn losses_are_totalled_per_cpu_when_the_cpu_is_known() {
 #[test]
 fn a_qp_whose_connecting_modify_was_missed_is_connected_by_the_table_or_its_traffic() {
     use crate::event::ResChange;
-    let created = |a: &mut Analysis, pid: u32, qpn: u32| {
-        a.push(&rec(
-            pid,
-            "app",
-            1,
-            Body::QpCreate {
-                qp: qp(qpn),
-                ret: 0,
-            },
-        ));
-    };
     // The kernel's QP table shows it in RTS: counted as reached, as a seen modify would be.
     let mut a = Analysis::default();
-    created(&mut a, 1, 0x11);
+    created_qp(&mut a, 1, 0x11);
     a.push(&rec(
         1,
         "app",
@@ -591,7 +584,7 @@ fn a_qp_whose_connecting_modify_was_missed_is_connected_by_the_table_or_its_traf
     assert_eq!(r.processes[0].stats.qps_rts, 1);
     // No transition seen at all, but packets counted on the QP: it was connected.
     let mut a = Analysis::default();
-    created(&mut a, 2, 0x12);
+    created_qp(&mut a, 2, 0x12);
     a.push(&rec(0, "", 3, traffic(0x12, 2, 13 << 20)));
     let r = a.finish();
     assert_eq!(verdict_of(&r, 2), Verdict::Rdma);
@@ -604,6 +597,6 @@ fn a_qp_whose_connecting_modify_was_missed_is_connected_by_the_table_or_its_traf
     );
     // Neither: a created QP that never moved anything is idle.
     let mut a = Analysis::default();
-    created(&mut a, 3, 0x13);
+    created_qp(&mut a, 3, 0x13);
     assert_eq!(verdict_of(&a.finish(), 3), Verdict::Idle);
 }
