@@ -226,11 +226,20 @@ fn cm_event(ev: &RawCm) -> Body {
 
 /// The first `n` addresses of a kernel stack array (never more than it holds; zeros end it).
 fn frames(ips: &[u64], n: usize) -> Vec<Frame> {
-    ips.iter()
-        .take(n)
-        .take_while(|a| **a != 0)
-        .map(|a| Frame::new(*a))
-        .collect()
+    let mut v = Vec::new();
+    frames_into(&mut v, ips, n);
+    v
+}
+
+/// [`frames`] into `out`, reusing its allocation.
+fn frames_into(out: &mut Vec<Frame>, ips: &[u64], n: usize) {
+    out.clear();
+    out.extend(
+        ips.iter()
+            .take(n)
+            .take_while(|a| **a != 0)
+            .map(|a| Frame::new(*a)),
+    );
 }
 
 fn verbs_call(ev: &VerbsCallEvent) -> Body {
@@ -487,11 +496,18 @@ pub fn decode_into(
         }
         EventKind::CpuSample => {
             let ev = read::<CpuSampleEvent>(bytes, kind)?;
-
-            Body::CpuSample(CpuSample {
-                user: frames(&ev.user_ips, ev.user_frames as usize),
-                kernel: frames(&ev.kernel_ips, ev.kernel_frames as usize),
-            })
+            // The record decoded into again and again mostly holds a sample already: its
+            // stacks' allocations are reused (a profile is a million samples).
+            let mut c = match std::mem::replace(&mut rec.body, Body::ProcessExec { ppid: 0 }) {
+                Body::CpuSample(c) => c,
+                _ => CpuSample {
+                    user: Vec::new(),
+                    kernel: Vec::new(),
+                },
+            };
+            frames_into(&mut c.user, &ev.user_ips, ev.user_frames as usize);
+            frames_into(&mut c.kernel, &ev.kernel_ips, ev.kernel_frames as usize);
+            Body::CpuSample(c)
         }
         EventKind::Counter => {
             let ev = read::<CounterSample>(bytes, kind)?;

@@ -186,3 +186,50 @@ fn c_str_stops_at_the_first_nul_at_every_position() {
     assert_eq!(c_str(b"\xffab\0"), "\u{fffd}ab");
     assert_eq!(c_str("mlx5_0é\0".as_bytes()), "mlx5_0é");
 }
+
+/// A CPU sample decoded into a record that held another one (the stage's reused record) has
+/// exactly its own frames: none left over from a deeper stack, none named by the previous.
+#[test]
+fn a_sample_decoded_over_another_has_only_its_own_frames() {
+    use rdmatrace_common::event::CpuSampleEvent;
+    let sample = |pid: u32, user: &[u64], kernel: &[u64]| {
+        let mut ev: CpuSampleEvent = crate::testing::zeroed();
+        ev.header.kind = EventKind::CpuSample as u32;
+        ev.header.pid = pid;
+        ev.header.comm = crate::testing::name("app");
+        ev.user_frames = user.len() as u32;
+        ev.user_ips[..user.len()].copy_from_slice(user);
+        ev.kernel_frames = kernel.len() as u32;
+        ev.kernel_ips[..kernel.len()].copy_from_slice(kernel);
+        bytes_of(&ev)
+    };
+    let anchor = ClockAnchor::fixed(0);
+    let deep = sample(7, &[1, 2, 3, 4, 5], &[0xffff_0001, 0xffff_0002]);
+    let shallow = sample(8, &[9, 8], &[]);
+    let mut reused = Record::lost(0, None, 0, &anchor);
+    decode_into(&deep, &anchor, &mut reused).expect("deep");
+    if let Body::CpuSample(c) = &mut reused.body {
+        c.user[0].name = Some("named_before".into());
+    }
+    decode_into(&shallow, &anchor, &mut reused).expect("shallow");
+    let mut fresh = Record::lost(0, None, 0, &anchor);
+    decode_into(&shallow, &anchor, &mut fresh).expect("fresh");
+    assert_eq!(reused, fresh);
+    let Body::CpuSample(c) = &reused.body else {
+        panic!("not a sample: {:?}", reused.body)
+    };
+    assert_eq!(c.user, vec![Frame::new(9), Frame::new(8)]);
+    assert!(c.kernel.is_empty());
+    // And back to a deeper one, after a record of another kind.
+    decode_into(&bytes_of(&modify_event()), &anchor, &mut reused).expect("modify");
+    decode_into(&deep, &anchor, &mut reused).expect("deep again");
+    let Body::CpuSample(c) = &reused.body else {
+        panic!("not a sample: {:?}", reused.body)
+    };
+    assert_eq!(
+        c.user.iter().map(|f| f.addr).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    assert_eq!(c.kernel.len(), 2);
+    assert!(c.user.iter().chain(&c.kernel).all(|f| f.name.is_none()));
+}

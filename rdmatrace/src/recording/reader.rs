@@ -6,10 +6,12 @@ use std::{fmt, path::Path};
 
 use super::{
     compact::{Decoder, Order},
-    Entry, Header, CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MAX_CHUNK,
-    MAX_HEADER, MIN_VERSION, TAG_CGROUP, TAG_ENV, TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST,
-    TAG_LOST_CPU, TAG_SYMBOL, VERSION,
+    Entry, Header, HEADER_DICT, MAGIC, MAX_CHUNK, MAX_HEADER, MIN_VERSION, TAG_CGROUP, TAG_ENV,
+    TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
 };
+use framer::{Data, Framer, Step};
+
+mod framer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -92,61 +94,6 @@ impl fmt::Display for ChunkProblem {
                 write!(f, "chunk at offset {offset} claims {len} bytes (limit {MAX_CHUNK}); skipped")
             }
         }
-    }
-}
-
-/// Where a recording's bytes are: a file read as a stream of chunks (a multi-GiB recording
-/// replays in bounded memory: one chunk at a time), or bytes already in memory.
-enum Data {
-    File { file: std::fs::File, len: usize },
-    Mem(Vec<u8>),
-}
-
-impl Data {
-    fn len(&self) -> usize {
-        match self {
-            Data::File { len, .. } => *len,
-            Data::Mem(v) => v.len(),
-        }
-    }
-
-    /// `len` bytes at `at` (the caller checked they exist): borrowed from memory, or read from
-    /// the file into `buf`.
-    fn bytes<'a>(
-        &'a self,
-        at: usize,
-        len: usize,
-        buf: &'a mut Vec<u8>,
-    ) -> std::io::Result<&'a [u8]> {
-        match self {
-            Data::Mem(v) => Ok(&v[at..at + len]),
-            Data::File { file, .. } => {
-                use std::os::unix::fs::FileExt as _;
-                buf.resize(len, 0);
-                file.read_exact_at(&mut buf[..len], at as u64)?;
-                Ok(&buf[..len])
-            }
-        }
-    }
-
-    /// Offset of the next chunk magic at or after `from`, or the end; read in blocks.
-    fn find_magic(&self, from: usize, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-        const BLOCK: usize = 1 << 16;
-        let end = self.len();
-        let mut at = from;
-        while at < end {
-            let n = (end - at).min(BLOCK + CHUNK_MAGIC.len() - 1);
-            let block = self.bytes(at, n, buf)?;
-            if let Some(p) = block.windows(4).position(|w| w == CHUNK_MAGIC) {
-                return Ok(at + p);
-            }
-            if n < CHUNK_MAGIC.len() {
-                break;
-            }
-            // Overlap the next block by 3 bytes: a magic may straddle the boundary.
-            at += n - (CHUNK_MAGIC.len() - 1);
-        }
-        Ok(end)
     }
 }
 
@@ -256,8 +203,9 @@ impl Recording {
     }
 
     /// [`replay`](Self::replay) that also calls `f(None)` at the end of every chunk whose
-    /// entries all replayed (re-encoding a file chunk for chunk). A file is read one chunk at a
-    /// time: memory stays bounded by the largest chunk ([`MAX_CHUNK`]).
+    /// entries all replayed (re-encoding a file chunk for chunk). A file is read a
+    /// few chunks at a time (a large file is read and decompressed on a thread a step ahead of
+    /// `f`): memory stays bounded by a few of the largest chunks ([`MAX_CHUNK`]).
     pub fn replay_chunks(&self, mut f: impl FnMut(Option<Entry<'_>>)) -> Vec<ChunkProblem> {
         let mut problems = Vec::new();
         if let Err(e) = self.chunks(&mut f, &mut problems) {
@@ -272,106 +220,31 @@ impl Recording {
         problems: &mut Vec<ChunkProblem>,
     ) -> std::io::Result<()> {
         let mut compact = Decoder::new(Order::from_header(&self.header.endian));
-        let d = &self.data;
-        let len = d.len();
-        let mut at = self.body;
-        // One buffer each for the chunk read, the magic scan and decompression, for the whole
-        // file: a fresh one per chunk costs an allocation and the kernel's zeroing of its
-        // pages, more than decoding the chunk.
-        let mut read_buf: Vec<u8> = Vec::new();
-        let mut scan_buf: Vec<u8> = Vec::new();
-        let mut buf: Vec<u8> = Vec::new();
-        while at < len {
-            if len - at < CHUNK_HEADER_LEN {
-                let rest = d.bytes(at, len - at, &mut read_buf)?;
-                if rest.starts_with(CHUNK_MAGIC) || CHUNK_MAGIC.starts_with(rest) {
-                    problems.push(ChunkProblem::Truncated {
-                        offset: at,
-                        need: CHUNK_HEADER_LEN,
-                        have: len - at,
-                    });
-                } else {
-                    problems.push(ChunkProblem::Garbage {
-                        offset: at,
-                        skipped: len - at,
-                    });
+        let version = self.version;
+        let mut each = |step: Step, raw: &[u8]| match step {
+            Step::Chunk { offset } => {
+                compact.reset();
+                match entries(raw, version, &mut compact, &mut |e| f(Some(e))) {
+                    Ok(()) => f(None),
+                    Err(why) => problems.push(ChunkProblem::BadEntry { offset, why }),
                 }
-                break;
             }
-            let head = d.bytes(at, CHUNK_HEADER_LEN, &mut read_buf)?;
-            if &head[..4] != CHUNK_MAGIC {
-                let next = d.find_magic(at + 1, &mut scan_buf)?;
-                problems.push(ChunkProblem::Garbage {
-                    offset: at,
-                    skipped: next - at,
-                });
-                at = next;
-                continue;
-            }
-            let flags = u32_at(head, 4);
-            let raw_len = u32_at(head, 8);
-            let stored_len = u32_at(head, 12);
-            let crc = u32_at(head, 20);
-            if raw_len > MAX_CHUNK || stored_len > MAX_CHUNK {
-                problems.push(ChunkProblem::TooLarge {
-                    offset: at,
-                    len: raw_len.max(stored_len),
-                });
-                at = d.find_magic(at + 1, &mut scan_buf)?;
-                continue;
-            }
-            let start = at + CHUNK_HEADER_LEN;
-            let end = start + stored_len as usize;
-            if end > len {
-                // Either the recorder died mid-chunk, or the length is corrupt: look for a later
-                // chunk before calling it the tail.
-                let next = d.find_magic(at + 1, &mut scan_buf)?;
-                if next < len {
-                    problems.push(ChunkProblem::Checksum { offset: at });
-                    at = next;
-                    continue;
-                }
-                problems.push(ChunkProblem::Truncated {
-                    offset: at,
-                    need: CHUNK_HEADER_LEN + stored_len as usize,
-                    have: len - at,
-                });
-                break;
-            }
-            let stored = d.bytes(start, stored_len as usize, &mut read_buf)?;
-            if crc32fast::hash(stored) != crc {
-                problems.push(ChunkProblem::Checksum { offset: at });
-                at = d.find_magic(at + 1, &mut scan_buf)?;
-                continue;
-            }
-            let raw: &[u8] = if flags & FLAG_LZ4 != 0 {
-                let raw_len = raw_len as usize;
-                if buf.len() < raw_len {
-                    buf.resize(raw_len, 0);
-                }
-                match lz4_flex::block::decompress_into(stored, &mut buf[..raw_len]) {
-                    Ok(n) => &buf[..n],
-                    Err(e) => {
-                        problems.push(ChunkProblem::Decompress {
-                            offset: at,
-                            why: e.to_string(),
-                        });
-                        at = end;
-                        continue;
-                    }
-                }
-            } else {
-                stored
-            };
-            compact.reset();
-            let parsed = entries(raw, self.version, &mut compact, &mut |e| f(Some(e)));
-            match parsed {
-                Ok(()) => f(None),
-                Err(why) => problems.push(ChunkProblem::BadEntry { offset: at, why }),
-            }
-            at = end;
+            Step::Problem(p) => problems.push(p),
+            Step::End => {}
+        };
+        if framer::worth_a_thread(&self.data, self.body)
+            && framer::frame_ahead(&self.data, self.body, &mut each)?
+        {
+            return Ok(());
         }
-        Ok(())
+        let mut framer = Framer::new(&self.data, self.body);
+        let mut buf = Vec::new();
+        loop {
+            match framer.next(&mut buf)? {
+                Step::End => return Ok(()),
+                step => each(step, &buf),
+            }
+        }
     }
 }
 

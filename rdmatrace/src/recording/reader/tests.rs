@@ -1,5 +1,6 @@
 use super::*;
 use crate::recording::writer::RecordingWriter;
+use crate::recording::CHUNK_HEADER_LEN;
 
 fn header() -> Header {
     Header {
@@ -420,5 +421,94 @@ fn a_file_streams_like_the_same_bytes_in_memory_even_when_damaged() {
     assert!(matches!(problems[0], ChunkProblem::Garbage { skipped, .. } if skipped == GARBAGE));
     assert!(matches!(problems[1], ChunkProblem::Checksum { .. }));
     assert!(matches!(problems[2], ChunkProblem::Truncated { .. }));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file large enough to be framed on a reader thread ahead of the replay replays exactly as
+/// the same bytes in memory (framed on the replaying thread): every entry, every chunk end,
+/// every problem, in order.
+#[test]
+fn a_large_file_framed_ahead_replays_like_memory_even_when_damaged() {
+    let mut w = RecordingWriter::with_version(Vec::new(), &header(), VERSION).expect("writer");
+    let mut starts = Vec::new();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    // 30 chunks of 2,000 events of 40 noisy bytes (LZ4 cannot shrink them much): over 2 MiB.
+    for _ in 0..30 {
+        starts.push(w.bytes_written as usize);
+        for i in 0..2000u32 {
+            let mut ev = [0u8; 40];
+            ev[..4].copy_from_slice(&i.to_le_bytes());
+            for b in &mut ev[4..] {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            w.event(&ev).expect("event");
+        }
+        w.lost(7, Some(0), 1).expect("lost");
+        w.flush_chunk().expect("flush");
+    }
+    let bytes = w.finish().expect("finish").0;
+    assert!(bytes.len() > 2 << 20, "{} bytes", bytes.len());
+    // A broken CRC in chunk 10, garbage before chunk 20, an incomplete tail.
+    let mut damaged = bytes[..starts[20]].to_vec();
+    damaged[starts[10] + CHUNK_HEADER_LEN + 5] ^= 0x55;
+    damaged.extend((0..100_000).map(|i| (i % 251) as u8 | 0x80));
+    damaged.extend_from_slice(&bytes[starts[20]..bytes.len() - 11]);
+
+    fn everything(rec: &Recording) -> (Vec<Vec<u8>>, String, Vec<ChunkProblem>) {
+        let mut events = Vec::new();
+        let mut shape = String::new();
+        let problems = rec.replay_chunks(|e| match e {
+            Some(Entry::Event(b)) => events.push(b.to_vec()),
+            Some(_) => shape.push('l'),
+            None => shape.push('|'),
+        });
+        (events, shape, problems)
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "rdmatrace-ahead-{}-{}",
+        std::process::id(),
+        line!()
+    ));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    for (name, data) in [("clean.rdmt", &bytes), ("damaged.rdmt", &damaged)] {
+        let path = dir.join(name);
+        std::fs::write(&path, data).expect("write");
+        let file = Recording::open(&path).expect("open file");
+        // The reader thread is what this test is about (one CPU: the same path as memory).
+        assert_eq!(framer::worth_a_thread(&file.data, file.body), parallel);
+        let memory = Recording::from_bytes(data.clone()).expect("open bytes");
+        assert!(!framer::worth_a_thread(&memory.data, memory.body));
+        let (from_file, in_memory) = (everything(&file), everything(&memory));
+        assert_eq!(from_file.0.len(), in_memory.0.len(), "{name}");
+        assert!(
+            from_file == in_memory,
+            "{name}: file and memory replays differ"
+        );
+    }
+    let (events, shape, problems) =
+        everything(&Recording::open(&dir.join("damaged.rdmt")).expect("open"));
+    assert_eq!(
+        events.len(),
+        28 * 2000,
+        "chunks 10 and 29 lost: {problems:?}"
+    );
+    assert_eq!(shape, "l|".repeat(28));
+    assert!(
+        matches!(problems[0], ChunkProblem::Checksum { offset } if offset == starts[10]),
+        "{problems:?}"
+    );
+    assert!(
+        matches!(problems[1], ChunkProblem::Garbage { skipped, .. } if skipped == 100_000),
+        "{problems:?}"
+    );
+    assert!(
+        matches!(problems[2], ChunkProblem::Truncated { .. }),
+        "{problems:?}"
+    );
+    assert_eq!(problems.len(), 3, "{problems:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

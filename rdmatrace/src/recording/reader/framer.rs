@@ -1,0 +1,243 @@
+//! The chunk stream of a recording: where its bytes are ([`Data`]), and each chunk found,
+//! checked (CRC32) and decompressed in turn ([`Framer`]). A large file is framed on a reader
+//! thread one step ahead of the replay ([`frame_ahead`]): decompression then costs no time
+//! on the replaying thread.
+
+use std::{
+    io,
+    sync::mpsc::{channel, sync_channel},
+};
+
+use super::{u32_at, ChunkProblem};
+use crate::recording::{CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAX_CHUNK};
+
+/// Where a recording's bytes are: a file read as a stream of chunks (a multi-GiB recording
+/// replays in bounded memory: a few chunks at a time), or bytes already in memory.
+pub(super) enum Data {
+    File { file: std::fs::File, len: usize },
+    Mem(Vec<u8>),
+}
+
+impl Data {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Data::File { len, .. } => *len,
+            Data::Mem(v) => v.len(),
+        }
+    }
+
+    /// `len` bytes at `at` (the caller checked they exist): borrowed from memory, or read from
+    /// the file into `buf`.
+    pub(super) fn bytes<'a>(
+        &'a self,
+        at: usize,
+        len: usize,
+        buf: &'a mut Vec<u8>,
+    ) -> io::Result<&'a [u8]> {
+        match self {
+            Data::Mem(v) => Ok(&v[at..at + len]),
+            Data::File { file, .. } => {
+                use std::os::unix::fs::FileExt as _;
+                buf.resize(len, 0);
+                file.read_exact_at(&mut buf[..len], at as u64)?;
+                Ok(&buf[..len])
+            }
+        }
+    }
+
+    /// Offset of the next chunk magic at or after `from`, or the end; read in blocks.
+    fn find_magic(&self, from: usize, buf: &mut Vec<u8>) -> io::Result<usize> {
+        const BLOCK: usize = 1 << 16;
+        let end = self.len();
+        let mut at = from;
+        while at < end {
+            let n = (end - at).min(BLOCK + CHUNK_MAGIC.len() - 1);
+            let block = self.bytes(at, n, buf)?;
+            if let Some(p) = block.windows(4).position(|w| w == CHUNK_MAGIC) {
+                return Ok(at + p);
+            }
+            if n < CHUNK_MAGIC.len() {
+                break;
+            }
+            // Overlap the next block by 3 bytes: a magic may straddle the boundary.
+            at += n - (CHUNK_MAGIC.len() - 1);
+        }
+        Ok(end)
+    }
+}
+
+/// One step through the chunk stream.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// An intact chunk at `offset`: its entries are in the caller's buffer.
+    Chunk { offset: usize },
+    /// A damaged or incomplete stretch, skipped.
+    Problem(ChunkProblem),
+    /// Nothing more.
+    End,
+}
+
+/// Walks the chunks from the first one on.
+pub(super) struct Framer<'a> {
+    data: &'a Data,
+    at: usize,
+    /// One buffer each for the chunk read and the magic scan, for the whole file: a fresh one
+    /// per chunk costs an allocation and the kernel's zeroing of its pages, more than decoding
+    /// the chunk.
+    read_buf: Vec<u8>,
+    scan_buf: Vec<u8>,
+}
+
+impl<'a> Framer<'a> {
+    pub(super) fn new(data: &'a Data, body: usize) -> Framer<'a> {
+        Framer {
+            data,
+            at: body,
+            read_buf: Vec::new(),
+            scan_buf: Vec::new(),
+        }
+    }
+
+    /// The next chunk (its entries decompressed into `out`), problem, or the end.
+    pub(super) fn next(&mut self, out: &mut Vec<u8>) -> io::Result<Step> {
+        let d = self.data;
+        let len = d.len();
+        let at = self.at;
+        if at >= len {
+            return Ok(Step::End);
+        }
+        if len - at < CHUNK_HEADER_LEN {
+            self.at = len;
+            let rest = d.bytes(at, len - at, &mut self.read_buf)?;
+            let problem = if rest.starts_with(CHUNK_MAGIC) || CHUNK_MAGIC.starts_with(rest) {
+                ChunkProblem::Truncated {
+                    offset: at,
+                    need: CHUNK_HEADER_LEN,
+                    have: len - at,
+                }
+            } else {
+                ChunkProblem::Garbage {
+                    offset: at,
+                    skipped: len - at,
+                }
+            };
+            return Ok(Step::Problem(problem));
+        }
+        let head = d.bytes(at, CHUNK_HEADER_LEN, &mut self.read_buf)?;
+        if &head[..4] != CHUNK_MAGIC {
+            let next = d.find_magic(at + 1, &mut self.scan_buf)?;
+            self.at = next;
+            return Ok(Step::Problem(ChunkProblem::Garbage {
+                offset: at,
+                skipped: next - at,
+            }));
+        }
+        let flags = u32_at(head, 4);
+        let raw_len = u32_at(head, 8);
+        let stored_len = u32_at(head, 12);
+        let crc = u32_at(head, 20);
+        if raw_len > MAX_CHUNK || stored_len > MAX_CHUNK {
+            self.at = d.find_magic(at + 1, &mut self.scan_buf)?;
+            return Ok(Step::Problem(ChunkProblem::TooLarge {
+                offset: at,
+                len: raw_len.max(stored_len),
+            }));
+        }
+        let start = at + CHUNK_HEADER_LEN;
+        let end = start + stored_len as usize;
+        if end > len {
+            // Either the recorder died mid-chunk, or the length is corrupt: look for a later
+            // chunk before calling it the tail.
+            let next = d.find_magic(at + 1, &mut self.scan_buf)?;
+            if next < len {
+                self.at = next;
+                return Ok(Step::Problem(ChunkProblem::Checksum { offset: at }));
+            }
+            self.at = len;
+            return Ok(Step::Problem(ChunkProblem::Truncated {
+                offset: at,
+                need: CHUNK_HEADER_LEN + stored_len as usize,
+                have: len - at,
+            }));
+        }
+        let stored = d.bytes(start, stored_len as usize, &mut self.read_buf)?;
+        if crc32fast::hash(stored) != crc {
+            self.at = d.find_magic(at + 1, &mut self.scan_buf)?;
+            return Ok(Step::Problem(ChunkProblem::Checksum { offset: at }));
+        }
+        self.at = end;
+        if flags & FLAG_LZ4 == 0 {
+            out.clear();
+            out.extend_from_slice(stored);
+            return Ok(Step::Chunk { offset: at });
+        }
+        let raw_len = raw_len as usize;
+        if out.len() < raw_len {
+            out.resize(raw_len, 0);
+        }
+        match lz4_flex::block::decompress_into(stored, &mut out[..raw_len]) {
+            Ok(n) => {
+                out.truncate(n);
+                Ok(Step::Chunk { offset: at })
+            }
+            Err(e) => Ok(Step::Problem(ChunkProblem::Decompress {
+                offset: at,
+                why: e.to_string(),
+            })),
+        }
+    }
+}
+
+/// Below this many bytes of chunks a file is framed on the replaying thread (a thread costs
+/// more than it saves).
+const AHEAD_MIN_BYTES: usize = 1 << 20;
+
+/// Chunks framed ahead of the replay, at most (with one being replayed and one being framed):
+/// memory stays bounded by a few of the largest chunks.
+const AHEAD_CHUNKS: usize = 2;
+
+/// Whether [`frame_ahead`] is worth a thread for `data` (a file of more than a few chunks, on
+/// a machine with more than one CPU).
+pub(super) fn worth_a_thread(data: &Data, body: usize) -> bool {
+    matches!(data, Data::File { .. })
+        && data.len().saturating_sub(body) >= AHEAD_MIN_BYTES
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
+
+/// Calls `each` with every step of [`Framer`] over `data`, in file order, the chunks framed
+/// on a reader thread ahead of it; `Ok(false)` if no thread could be started (nothing was
+/// called: frame on this thread instead).
+pub(super) fn frame_ahead(
+    data: &Data,
+    body: usize,
+    mut each: impl FnMut(Step, &[u8]),
+) -> io::Result<bool> {
+    std::thread::scope(|s| {
+        let (tx, rx) = sync_channel::<io::Result<(Step, Vec<u8>)>>(AHEAD_CHUNKS);
+        // Buffers come back to the reader thread to be framed into again.
+        let (back_tx, back_rx) = channel::<Vec<u8>>();
+        let reader = std::thread::Builder::new()
+            .name("rdmatrace-read".into())
+            .spawn_scoped(s, move || {
+                let mut framer = Framer::new(data, body);
+                loop {
+                    let mut buf = back_rx.try_recv().unwrap_or_default();
+                    let step = framer.next(&mut buf);
+                    let last = matches!(step, Ok(Step::End) | Err(_));
+                    if tx.send(step.map(|s| (s, buf))).is_err() || last {
+                        break;
+                    }
+                }
+            });
+        if reader.is_err() {
+            return Ok(false);
+        }
+        for msg in rx {
+            let (step, buf) = msg?;
+            each(step, &buf);
+            // The reader thread may have ended (the last step): the buffer is then dropped.
+            let _ = back_tx.send(buf);
+        }
+        Ok(true)
+    })
+}
