@@ -1,8 +1,9 @@
 //! Replay memory: recordings far larger than memory should need — a real lab fixture's chunks
 //! written again and again up to 256 MiB and 1 GiB — replayed by `rdmatrace trace --input`
 //! (every record decoded and correlated, none printed: `--comm` matches no process), the peak
-//! RSS sampled from /proc while it runs. Recordings are read as a stream, one chunk at a time,
-//! so the peak should not grow with the file.
+//! RSS sampled from /proc while it runs. Recordings are read as a stream, a few chunks at a
+//! time (read and decompressed on a thread ahead of decoding), so the peak should not grow with
+//! the file.
 
 use std::{
     io::Write as _,

@@ -115,7 +115,7 @@ pub fn section(s: &mut String, r: Result<&Scale, &String>) {
          samples with named stacks (200 processes of 100 code paths each, user stacks 4-12 deep, \
          kernel stacks 0-6 deep, skewed toward hot paths; {} distinct stacks, {:.1} MiB), \
          rendered to SVG by `rdmatrace flamegraph`, wall time from exec to exit ({} runs after a \
-         warm-up).\n",
+         warm-up; the file is read and decompressed on a second thread ahead of decoding).\n",
         r.qps,
         r.samples,
         r.distinct.map_or_else(|| "?".into(), |d| d.to_string()),
