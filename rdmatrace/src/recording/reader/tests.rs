@@ -512,3 +512,54 @@ fn a_large_file_framed_ahead_replays_like_memory_even_when_damaged() {
     assert_eq!(problems.len(), 3, "{problems:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file that shrinks while it replays (read errors past its new end) ends the replay with
+/// an I/O problem after every chunk read before, whether framed ahead on a thread or not.
+#[test]
+fn a_file_cut_short_during_the_replay_ends_with_an_io_problem() {
+    let mut w = RecordingWriter::with_version(Vec::new(), &header(), VERSION).expect("writer");
+    let mut starts = Vec::new();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..20 {
+        starts.push(w.bytes_written as usize);
+        for _ in 0..2000 {
+            let mut ev = [0u8; 40];
+            for b in &mut ev {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            w.event(&ev).expect("event");
+        }
+        w.flush_chunk().expect("flush");
+    }
+    let bytes = w.finish().expect("finish").0;
+    let dir =
+        std::env::temp_dir().join(format!("rdmatrace-cut-{}-{}", std::process::id(), line!()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let path = dir.join("cut.rdmt");
+    std::fs::write(&path, &bytes).expect("write");
+    // Opened at full length, then cut inside chunk 12: reads past the cut fail.
+    let rec = Recording::open(&path).expect("open");
+    let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    assert_eq!(framer::worth_a_thread(&rec.data, rec.body), parallel);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len((starts[12] + 100) as u64))
+        .expect("cut");
+    let mut events = 0;
+    let problems = rec.replay(|e| {
+        if let Entry::Event(_) = e {
+            events += 1;
+        }
+    });
+    assert_eq!(events, 12 * 2000, "{problems:?}");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        matches!(problems[0], ChunkProblem::Io { .. }),
+        "{problems:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
