@@ -240,6 +240,7 @@ impl Recording {
         let mut framer = Framer::new(&self.data, self.body);
         let mut buf = Vec::new();
         loop {
+            buf.clear();
             match framer.next(&mut buf)? {
                 Step::End => return Ok(()),
                 step => each(step, &buf),

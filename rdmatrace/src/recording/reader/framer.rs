@@ -98,7 +98,8 @@ impl<'a> Framer<'a> {
         }
     }
 
-    /// The next chunk (its entries decompressed into `out`), problem, or the end.
+    /// The next chunk (its entries decompressed and appended to `out`: what `out` held is
+    /// kept), problem, or the end.
     pub(super) fn next(&mut self, out: &mut Vec<u8>) -> io::Result<Step> {
         let d = self.data;
         let len = d.len();
@@ -167,23 +168,23 @@ impl<'a> Framer<'a> {
         }
         self.at = end;
         if flags & FLAG_LZ4 == 0 {
-            out.clear();
             out.extend_from_slice(stored);
             return Ok(Step::Chunk { offset: at });
         }
-        let raw_len = raw_len as usize;
-        if out.len() < raw_len {
-            out.resize(raw_len, 0);
-        }
-        match lz4_flex::block::decompress_into(stored, &mut out[..raw_len]) {
+        let start = out.len();
+        out.resize(start + raw_len as usize, 0);
+        match lz4_flex::block::decompress_into(stored, &mut out[start..]) {
             Ok(n) => {
-                out.truncate(n);
+                out.truncate(start + n);
                 Ok(Step::Chunk { offset: at })
             }
-            Err(e) => Ok(Step::Problem(ChunkProblem::Decompress {
-                offset: at,
-                why: e.to_string(),
-            })),
+            Err(e) => {
+                out.truncate(start);
+                Ok(Step::Problem(ChunkProblem::Decompress {
+                    offset: at,
+                    why: e.to_string(),
+                }))
+            }
         }
     }
 }
@@ -192,9 +193,23 @@ impl<'a> Framer<'a> {
 /// more than it saves).
 const AHEAD_MIN_BYTES: usize = 1 << 20;
 
-/// Chunks framed ahead of the replay, at most (with one being replayed and one being framed):
-/// memory stays bounded by a few of the largest chunks.
-const AHEAD_CHUNKS: usize = 2;
+/// Batches framed ahead of the replay, at most (with one being replayed and one being
+/// framed): memory stays bounded by a few batches.
+const AHEAD_BATCHES: usize = 2;
+
+/// A batch is sent once it holds this many bytes of entries or [`BATCH_STEPS`] steps: one
+/// hand-over between the threads per chunk costs more than decoding a small chunk (a recorder
+/// flushes a chunk a second, a few hundred bytes when little happens).
+const BATCH_BYTES: usize = 256 << 10;
+const BATCH_STEPS: usize = 256;
+
+/// Steps framed in a row, and their chunks' entries one after the other in `buf`.
+#[derive(Default)]
+struct Batch {
+    /// A step and, for a chunk, where its entries are in `buf`.
+    steps: Vec<(Step, std::ops::Range<usize>)>,
+    buf: Vec<u8>,
+}
 
 /// Whether [`frame_ahead`] is worth a thread for `data` (a file of more than a few chunks, on
 /// a machine with more than one CPU).
@@ -205,26 +220,46 @@ pub(super) fn worth_a_thread(data: &Data, body: usize) -> bool {
 }
 
 /// Calls `each` with every step of [`Framer`] over `data`, in file order, the chunks framed
-/// on a reader thread ahead of it; `Ok(false)` if no thread could be started (nothing was
-/// called: frame on this thread instead).
+/// on a reader thread ahead of it, in batches; `Ok(false)` if no thread could be started
+/// (nothing was called: frame on this thread instead).
 pub(super) fn frame_ahead(
     data: &Data,
     body: usize,
     mut each: impl FnMut(Step, &[u8]),
 ) -> io::Result<bool> {
     std::thread::scope(|s| {
-        let (tx, rx) = sync_channel::<io::Result<(Step, Vec<u8>)>>(AHEAD_CHUNKS);
-        // Buffers come back to the reader thread to be framed into again.
-        let (back_tx, back_rx) = channel::<Vec<u8>>();
+        let (tx, rx) = sync_channel::<io::Result<Batch>>(AHEAD_BATCHES);
+        // Batches come back to the reader thread to be framed into again.
+        let (back_tx, back_rx) = channel::<Batch>();
         let reader = std::thread::Builder::new()
             .name("rdmatrace-read".into())
             .spawn_scoped(s, move || {
                 let mut framer = Framer::new(data, body);
                 loop {
-                    let mut buf = back_rx.try_recv().unwrap_or_default();
-                    let step = framer.next(&mut buf);
-                    let last = matches!(step, Ok(Step::End) | Err(_));
-                    if tx.send(step.map(|s| (s, buf))).is_err() || last {
+                    let mut batch = back_rx.try_recv().unwrap_or_default();
+                    batch.steps.clear();
+                    batch.buf.clear();
+                    let mut error = None;
+                    while batch.buf.len() < BATCH_BYTES && batch.steps.len() < BATCH_STEPS {
+                        let start = batch.buf.len();
+                        match framer.next(&mut batch.buf) {
+                            Ok(Step::End) => break,
+                            Ok(step) => batch.steps.push((step, start..batch.buf.len())),
+                            Err(e) => {
+                                error = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    let full = batch.buf.len() >= BATCH_BYTES || batch.steps.len() >= BATCH_STEPS;
+                    let last = error.is_some() || !full;
+                    if !batch.steps.is_empty() && tx.send(Ok(batch)).is_err() {
+                        break;
+                    }
+                    if let Some(e) = error {
+                        let _ = tx.send(Err(e));
+                    }
+                    if last {
                         break;
                     }
                 }
@@ -233,10 +268,12 @@ pub(super) fn frame_ahead(
             return Ok(false);
         }
         for msg in rx {
-            let (step, buf) = msg?;
-            each(step, &buf);
-            // The reader thread may have ended (the last step): the buffer is then dropped.
-            let _ = back_tx.send(buf);
+            let mut batch = msg?;
+            for (step, range) in batch.steps.drain(..) {
+                each(step, &batch.buf[range]);
+            }
+            // The reader thread may have ended (the last batch): the batch is then dropped.
+            let _ = back_tx.send(batch);
         }
         Ok(true)
     })

@@ -424,18 +424,15 @@ fn a_file_streams_like_the_same_bytes_in_memory_even_when_damaged() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A file large enough to be framed on a reader thread ahead of the replay replays exactly as
-/// the same bytes in memory (framed on the replaying thread): every entry, every chunk end,
-/// every problem, in order.
-#[test]
-fn a_large_file_framed_ahead_replays_like_memory_even_when_damaged() {
+/// A recording of `chunks` chunks of `per_chunk` events of 40 noisy bytes (LZ4 cannot shrink
+/// them much), each chunk ending with a loss; and where each chunk starts.
+fn noisy(chunks: usize, per_chunk: u32) -> (Vec<u8>, Vec<usize>) {
     let mut w = RecordingWriter::with_version(Vec::new(), &header(), VERSION).expect("writer");
     let mut starts = Vec::new();
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    // 30 chunks of 2,000 events of 40 noisy bytes (LZ4 cannot shrink them much): over 2 MiB.
-    for _ in 0..30 {
+    for _ in 0..chunks {
         starts.push(w.bytes_written as usize);
-        for i in 0..2000u32 {
+        for i in 0..per_chunk {
             let mut ev = [0u8; 40];
             ev[..4].copy_from_slice(&i.to_le_bytes());
             for b in &mut ev[4..] {
@@ -449,48 +446,64 @@ fn a_large_file_framed_ahead_replays_like_memory_even_when_damaged() {
         w.lost(7, Some(0), 1).expect("lost");
         w.flush_chunk().expect("flush");
     }
-    let bytes = w.finish().expect("finish").0;
-    assert!(bytes.len() > 2 << 20, "{} bytes", bytes.len());
-    // A broken CRC in chunk 10, garbage before chunk 20, an incomplete tail.
-    let mut damaged = bytes[..starts[20]].to_vec();
-    damaged[starts[10] + CHUNK_HEADER_LEN + 5] ^= 0x55;
-    damaged.extend((0..100_000).map(|i| (i % 251) as u8 | 0x80));
-    damaged.extend_from_slice(&bytes[starts[20]..bytes.len() - 11]);
+    (w.finish().expect("finish").0, starts)
+}
 
-    fn everything(rec: &Recording) -> (Vec<Vec<u8>>, String, Vec<ChunkProblem>) {
-        let mut events = Vec::new();
-        let mut shape = String::new();
-        let problems = rec.replay_chunks(|e| match e {
-            Some(Entry::Event(b)) => events.push(b.to_vec()),
-            Some(_) => shape.push('l'),
-            None => shape.push('|'),
-        });
-        (events, shape, problems)
-    }
-    let dir = std::env::temp_dir().join(format!(
-        "rdmatrace-ahead-{}-{}",
-        std::process::id(),
-        line!()
-    ));
+/// Every event, the shape (`l` a loss, `|` a chunk end) and the problems of a replay.
+fn everything(rec: &Recording) -> (Vec<Vec<u8>>, String, Vec<ChunkProblem>) {
+    let mut events = Vec::new();
+    let mut shape = String::new();
+    let problems = rec.replay_chunks(|e| match e {
+        Some(Entry::Event(b)) => events.push(b.to_vec()),
+        Some(_) => shape.push('l'),
+        None => shape.push('|'),
+    });
+    (events, shape, problems)
+}
+
+/// `bytes` with a broken CRC in chunk `crc`, 100,000 bytes of garbage before chunk `garbage`
+/// and an incomplete tail.
+fn damage(bytes: &[u8], starts: &[usize], crc: usize, garbage: usize) -> Vec<u8> {
+    let mut damaged = bytes[..starts[garbage]].to_vec();
+    damaged[starts[crc] + CHUNK_HEADER_LEN + 5] ^= 0x55;
+    damaged.extend((0..100_000).map(|i| (i % 251) as u8 | 0x80));
+    damaged.extend_from_slice(&bytes[starts[garbage]..bytes.len() - 11]);
+    damaged
+}
+
+/// Replays `data` from a file (framed ahead on a thread when the machine has more than one
+/// CPU) and from memory (on the replaying thread): the same, and returned.
+fn file_like_memory(name: &str, data: &[u8]) -> (Vec<Vec<u8>>, String, Vec<ChunkProblem>) {
+    let dir = std::env::temp_dir().join(format!("rdmatrace-ahead-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");
+    let path = dir.join(name);
+    std::fs::write(&path, data).expect("write");
+    let file = Recording::open(&path).expect("open file");
+    // The reader thread is what these tests are about (one CPU: the same path as memory).
     let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
-    for (name, data) in [("clean.rdmt", &bytes), ("damaged.rdmt", &damaged)] {
-        let path = dir.join(name);
-        std::fs::write(&path, data).expect("write");
-        let file = Recording::open(&path).expect("open file");
-        // The reader thread is what this test is about (one CPU: the same path as memory).
-        assert_eq!(framer::worth_a_thread(&file.data, file.body), parallel);
-        let memory = Recording::from_bytes(data.clone()).expect("open bytes");
-        assert!(!framer::worth_a_thread(&memory.data, memory.body));
-        let (from_file, in_memory) = (everything(&file), everything(&memory));
-        assert_eq!(from_file.0.len(), in_memory.0.len(), "{name}");
-        assert!(
-            from_file == in_memory,
-            "{name}: file and memory replays differ"
-        );
-    }
+    assert_eq!(framer::worth_a_thread(&file.data, file.body), parallel);
+    let memory = Recording::from_bytes(data.to_vec()).expect("open bytes");
+    assert!(!framer::worth_a_thread(&memory.data, memory.body));
+    let (from_file, in_memory) = (everything(&file), everything(&memory));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(from_file.0.len(), in_memory.0.len(), "{name}");
+    assert!(
+        from_file == in_memory,
+        "{name}: file and memory replays differ"
+    );
+    from_file
+}
+
+/// A file large enough to be framed on a reader thread ahead of the replay replays exactly as
+/// the same bytes in memory: every entry, every chunk end, every problem, in order.
+#[test]
+fn a_large_file_framed_ahead_replays_like_memory_even_when_damaged() {
+    // 30 chunks of 2,000 events: over 2 MiB, a batch every few chunks.
+    let (bytes, starts) = noisy(30, 2000);
+    assert!(bytes.len() > 2 << 20, "{} bytes", bytes.len());
+    file_like_memory("clean.rdmt", &bytes);
     let (events, shape, problems) =
-        everything(&Recording::open(&dir.join("damaged.rdmt")).expect("open"));
+        file_like_memory("damaged.rdmt", &damage(&bytes, &starts, 10, 20));
     assert_eq!(
         events.len(),
         28 * 2000,
@@ -510,31 +523,27 @@ fn a_large_file_framed_ahead_replays_like_memory_even_when_damaged() {
         "{problems:?}"
     );
     assert_eq!(problems.len(), 3, "{problems:?}");
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Thousands of small chunks (a recorder flushes one a second, small when little happens) are
+/// handed over in batches: many chunks to a batch, batches cut by count, the same replay.
+#[test]
+fn many_small_chunks_framed_ahead_replay_like_memory() {
+    let (bytes, starts) = noisy(3000, 10);
+    assert!(bytes.len() > 1 << 20, "{} bytes", bytes.len());
+    file_like_memory("small-clean.rdmt", &bytes);
+    let (events, shape, problems) =
+        file_like_memory("small-damaged.rdmt", &damage(&bytes, &starts, 1000, 2000));
+    assert_eq!(events.len(), 2998 * 10, "{problems:?}");
+    assert_eq!(shape, "l|".repeat(2998));
+    assert_eq!(problems.len(), 3, "{problems:?}");
 }
 
 /// A file that shrinks while it replays (read errors past its new end) ends the replay with
 /// an I/O problem after every chunk read before, whether framed ahead on a thread or not.
 #[test]
 fn a_file_cut_short_during_the_replay_ends_with_an_io_problem() {
-    let mut w = RecordingWriter::with_version(Vec::new(), &header(), VERSION).expect("writer");
-    let mut starts = Vec::new();
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    for _ in 0..20 {
-        starts.push(w.bytes_written as usize);
-        for _ in 0..2000 {
-            let mut ev = [0u8; 40];
-            for b in &mut ev {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *b = x as u8;
-            }
-            w.event(&ev).expect("event");
-        }
-        w.flush_chunk().expect("flush");
-    }
-    let bytes = w.finish().expect("finish").0;
+    let (bytes, starts) = noisy(20, 2000);
     let dir =
         std::env::temp_dir().join(format!("rdmatrace-cut-{}-{}", std::process::id(), line!()));
     std::fs::create_dir_all(&dir).expect("tmp");
