@@ -494,24 +494,33 @@ fn file_like_memory(name: &str, data: &[u8]) -> (Vec<Vec<u8>>, String, Vec<Chunk
     from_file
 }
 
-/// A file large enough to be framed on a reader thread ahead of the replay replays exactly as
-/// the same bytes in memory: every entry, every chunk end, every problem, in order.
-#[test]
-fn a_large_file_framed_ahead_replays_like_memory_even_when_damaged() {
-    // 30 chunks of 2,000 events: over 2 MiB, a batch every few chunks.
-    let (bytes, starts) = noisy(30, 2000);
-    assert!(bytes.len() > 2 << 20, "{} bytes", bytes.len());
-    file_like_memory("clean.rdmt", &bytes);
-    let (events, shape, problems) =
-        file_like_memory("damaged.rdmt", &damage(&bytes, &starts, 10, 20));
+/// `noisy(chunks, per_chunk)` clean, then damaged (a broken CRC in chunk `crc`, garbage before
+/// chunk `garbage`, an incomplete tail), replays from a file as from memory; the damaged one
+/// loses those two chunks and the tail's, and names the three problems in file order.
+fn damaged_file_replays_like_memory(
+    chunks: usize,
+    per_chunk: u32,
+    min_bytes: usize,
+    crc: usize,
+    garbage: usize,
+) {
+    let (bytes, starts) = noisy(chunks, per_chunk);
+    assert!(bytes.len() > min_bytes, "{} bytes", bytes.len());
+    file_like_memory(&format!("clean-{chunks}.rdmt"), &bytes);
+    let (events, shape, problems) = file_like_memory(
+        &format!("damaged-{chunks}.rdmt"),
+        &damage(&bytes, &starts, crc, garbage),
+    );
+    let kept = chunks - 2;
     assert_eq!(
         events.len(),
-        28 * 2000,
-        "chunks 10 and 29 lost: {problems:?}"
+        kept * per_chunk as usize,
+        "chunks {crc} and {} lost: {problems:?}",
+        chunks - 1
     );
-    assert_eq!(shape, "l|".repeat(28));
+    assert_eq!(shape, "l|".repeat(kept));
     assert!(
-        matches!(problems[0], ChunkProblem::Checksum { offset } if offset == starts[10]),
+        matches!(problems[0], ChunkProblem::Checksum { offset } if offset == starts[crc]),
         "{problems:?}"
     );
     assert!(
@@ -525,18 +534,19 @@ fn a_large_file_framed_ahead_replays_like_memory_even_when_damaged() {
     assert_eq!(problems.len(), 3, "{problems:?}");
 }
 
+/// A file large enough to be framed on a reader thread ahead of the replay replays exactly as
+/// the same bytes in memory: every entry, every chunk end, every problem, in order.
+#[test]
+fn a_large_file_framed_ahead_replays_like_memory_even_when_damaged() {
+    // 30 chunks of 2,000 events: over 2 MiB, a batch every few chunks.
+    damaged_file_replays_like_memory(30, 2000, 2 << 20, 10, 20);
+}
+
 /// Thousands of small chunks (a recorder flushes one a second, small when little happens) are
 /// handed over in batches: many chunks to a batch, batches cut by count, the same replay.
 #[test]
 fn many_small_chunks_framed_ahead_replay_like_memory() {
-    let (bytes, starts) = noisy(3000, 10);
-    assert!(bytes.len() > 1 << 20, "{} bytes", bytes.len());
-    file_like_memory("small-clean.rdmt", &bytes);
-    let (events, shape, problems) =
-        file_like_memory("small-damaged.rdmt", &damage(&bytes, &starts, 1000, 2000));
-    assert_eq!(events.len(), 2998 * 10, "{problems:?}");
-    assert_eq!(shape, "l|".repeat(2998));
-    assert_eq!(problems.len(), 3, "{problems:?}");
+    damaged_file_replays_like_memory(3000, 10, 1 << 20, 1000, 2000);
 }
 
 /// A file that shrinks while it replays (read errors past its new end) ends the replay with
