@@ -5,7 +5,11 @@
 
 use std::process::ExitCode;
 
-use rdmatrace::recording::{reader::Recording, writer::rewrite, Entry, VERSION};
+use rdmatrace::recording::{
+    reader::Recording,
+    writer::{rewrite, Boundaries},
+    Entry, VERSION,
+};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,7 +42,7 @@ fn run(input: &str, output: &str, version: u32) -> anyhow::Result<()> {
     let mut records = 0u64;
     rec.replay(|e| records += u64::from(!matches!(e, Entry::Symbol { .. })));
     let file = std::fs::File::create(output)?;
-    let (_, bytes, problems) = rewrite(&rec, file, version)?;
+    let (_, bytes, problems) = rewrite(&rec, file, version, Boundaries::Keep)?;
     for p in &problems {
         eprintln!("rewrite: {input}: {p}");
     }

@@ -19,7 +19,7 @@ use crate::{
     clock::rfc3339,
     correlate::{Correlator, QpChange},
     event::{AsyncElement, Body, QpState, Record},
-    recording::{reader::Recording, writer::RecordingWriter, Entry, Header},
+    recording::{reader::Recording, writer::RecordingWriter, Header},
     sinks::{metrics::KindLabels, Sink},
 };
 
@@ -320,14 +320,7 @@ fn copy(path: &Path, out: &mut RecordingWriter<File>) -> io::Result<()> {
         if err.is_some() {
             return;
         }
-        let r = match e {
-            Entry::Event(b) => out.event(b),
-            Entry::Lost { ts_ns, count, cpu } => out.lost(ts_ns, cpu, count),
-            Entry::Symbol { pid, addr, name } => out.symbol(pid, addr, name),
-            Entry::Cgroup { id, path } => out.cgroup(id, path),
-            Entry::Env { pid, name, value } => out.env(pid, name, value),
-        };
-        if let Err(e) = r {
+        if let Err(e) = out.put(e) {
             err = Some(e);
         }
     });

@@ -283,3 +283,42 @@ fn root_a_traced_command_that_crashes_is_recorded_with_its_signal() {
         "wait status of a SIGSEGV death"
     );
 }
+
+#[test]
+#[ignore = "needs root: records with eBPF; `cargo xtask test` runs it as root"]
+fn root_a_clean_stop_merges_the_seconds_chunks_into_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = test_dir("repack");
+    let file = dir.path().join("quiet.rdmt");
+    let f = file.to_str().expect("utf8");
+    // Three execs over ~2.6 s: the recorder writes a chunk in each second that had events.
+    let out = run(&[
+        "record",
+        "-o",
+        f,
+        "--",
+        "/bin/sh",
+        "-c",
+        "/bin/true; sleep 1.3; /bin/true; sleep 1.3; /bin/true",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let size = std::fs::metadata(&file).expect("stat").len();
+    assert!(
+        out.stderr
+            .contains(&format!("({size} bytes, chunks merged from ")),
+        "the last line says the chunks were merged, with the final size: {}",
+        out.stderr
+    );
+    let rec = rdmatrace::recording::reader::Recording::open(&file).expect("opens");
+    let mut chunks = 0;
+    assert!(rec
+        .replay_chunks(|e| chunks += usize::from(e.is_none()))
+        .is_empty());
+    assert_eq!(chunks, 1);
+    let mode = std::fs::metadata(&file).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o7777, 0o600, "still private");
+    assert!(!dir.path().join("quiet.rdmt.repack-tmp").exists());
+    let events = replay_clean(&file);
+    let trues = select(&events, "process_exec", &[("comm", json!("true"))]);
+    assert_eq!(trues.len(), 3, "every second's events survive the merge");
+}

@@ -5,7 +5,12 @@
 use rdmatrace::{
     correlate::filter::Filter,
     event::Record,
-    recording::{reader::Recording, writer::rewrite, VERSION},
+    recording::{
+        reader::Recording,
+        repack::{repack_file, temp_path, Repacked},
+        writer::{rewrite, Boundaries},
+        VERSION,
+    },
     replay,
     sinks::{jsonl::to_json, text::line, Each},
 };
@@ -47,7 +52,8 @@ fn fixtures_rewritten_in_the_current_version_replay_identically() {
             rec.version
         );
         let records = printed(old.clone());
-        let (new, size, problems) = rewrite(&rec, Vec::new(), VERSION).expect("rewrite");
+        let (new, size, problems) =
+            rewrite(&rec, Vec::new(), VERSION, Boundaries::Keep).expect("rewrite");
         assert!(problems.is_empty(), "{name}: {problems:?}");
         assert_eq!(size, new.len() as u64);
         let again = Recording::from_bytes(new.clone()).expect("rewritten opens");
@@ -55,7 +61,7 @@ fn fixtures_rewritten_in_the_current_version_replay_identically() {
         assert_eq!(again.header, rec.header, "{name}");
         assert_eq!(printed(new.clone()), records, "{name}");
         // Same events written the old way, chunked the same: the format's own gain.
-        let (v2, ..) = rewrite(&rec, Vec::new(), 2).expect("rewrite v2");
+        let (v2, ..) = rewrite(&rec, Vec::new(), 2, Boundaries::Keep).expect("rewrite v2");
         let n = records.0.len() as f64 / 2.0;
         eprintln!(
             "{name}: {n} records; committed v{} {} B ({:.1} B/record), rewritten v2 {} B ({:.1}), v3 {} B ({:.1})",
@@ -80,7 +86,7 @@ fn fixtures_rewritten_in_the_current_version_replay_identically() {
 fn a_rewritten_recording_keeps_crash_safety() {
     // Cut anywhere, a version-3 file replays a prefix of the records and never panics.
     let rec = Recording::from_bytes(fixture("lab-loss.rdmt")).expect("opens");
-    let (new, ..) = rewrite(&rec, Vec::new(), VERSION).expect("rewrite");
+    let (new, ..) = rewrite(&rec, Vec::new(), VERSION, Boundaries::Keep).expect("rewrite");
     let (all, _) = printed(new.clone());
     for cut in (0..new.len()).step_by(7) {
         let Ok(rec) = Recording::from_bytes(new[..cut].to_vec()) else {
@@ -97,4 +103,94 @@ fn a_rewritten_recording_keeps_crash_safety() {
         );
         assert!(all.starts_with(&out), "cut at {cut}");
     }
+}
+
+/// The fixture rewritten in today's format with its chunks as recorded, in a file of its own.
+fn current_version_file(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, Vec<u8>) {
+    let rec = Recording::from_bytes(fixture(name)).expect("opens");
+    let (bytes, ..) = rewrite(&rec, Vec::new(), VERSION, Boundaries::Keep).expect("rewrite");
+    let path = dir.join(name);
+    std::fs::write(&path, &bytes).expect("write");
+    (path, bytes)
+}
+
+fn chunks(bytes: &[u8]) -> usize {
+    let rec = Recording::from_bytes(bytes.to_vec()).expect("opens");
+    let mut n = 0;
+    assert!(rec
+        .replay_chunks(|e| n += usize::from(e.is_none()))
+        .is_empty());
+    n
+}
+
+#[test]
+fn a_repacked_recording_replays_identically_in_fewer_bytes_and_chunks() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    for name in FIXTURES {
+        let (path, before) = current_version_file(dir.path(), name);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        // A leftover of a repack that was killed is replaced, not an obstacle.
+        std::fs::write(temp_path(&path), b"stale").expect("stale temp");
+        let done = repack_file(&path).expect("repack");
+        let after = std::fs::read(&path).expect("read");
+        assert_eq!(
+            done,
+            Repacked::Done {
+                before: before.len() as u64,
+                after: after.len() as u64
+            },
+            "{name}"
+        );
+        assert!(after.len() < before.len(), "{name}");
+        assert!(chunks(&before) > 1, "{name}");
+        assert_eq!(chunks(&after), 1, "{name}");
+        assert_eq!(printed(after.clone()), printed(before.clone()), "{name}");
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o7777, 0o640, "{name}");
+        assert!(!temp_path(&path).exists(), "{name}");
+        eprintln!(
+            "{name}: {} B in {} chunks -> {} B in one",
+            before.len(),
+            chunks(&before),
+            after.len()
+        );
+        // Once is enough.
+        assert_eq!(
+            repack_file(&path).expect("again"),
+            Repacked::Left("one chunk already".into())
+        );
+    }
+}
+
+#[test]
+fn repack_leaves_damaged_linked_and_old_recordings_as_they_are() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (path, bytes) = current_version_file(dir.path(), "lab-loss.rdmt");
+    let left = |p: &std::path::Path| match repack_file(p).expect("repack") {
+        Repacked::Left(why) => why,
+        done => panic!("{}: {done:?}", p.display()),
+    };
+    // A damaged chunk: nothing of it may be lost by a rewrite.
+    let mut damaged = bytes.clone();
+    let n = damaged.len();
+    damaged[n - 3] ^= 0xff;
+    std::fs::write(&path, &damaged).expect("write");
+    assert_eq!(left(&path), "damaged");
+    assert_eq!(std::fs::read(&path).expect("read"), damaged);
+    // A symbolic link, and a file with another name.
+    std::fs::write(&path, &bytes).expect("write");
+    let link = dir.path().join("link.rdmt");
+    std::os::unix::fs::symlink(&path, &link).expect("symlink");
+    assert_eq!(left(&link), "not a regular file");
+    let hard = dir.path().join("hard.rdmt");
+    std::fs::hard_link(&path, &hard).expect("hard link");
+    assert_eq!(left(&path), "it has other hard links");
+    assert_eq!(std::fs::read(&path).expect("read"), bytes);
+    std::fs::remove_file(&hard).expect("rm");
+    // An older format is not rewritten into the current one behind the user's back.
+    let old = dir.path().join("old.rdmt");
+    std::fs::write(&old, fixture("lab-loss.rdmt")).expect("write");
+    assert_eq!(left(&old), "written in another format version");
+    assert!(matches!(repack_file(&path), Ok(Repacked::Done { .. })));
 }

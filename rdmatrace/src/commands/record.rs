@@ -11,7 +11,11 @@ use crate::{
     clock::ClockAnchor,
     commands::live::{self, End, Live},
     correlate::filter::Filter,
-    recording::{writer::RecordingWriter, Header},
+    recording::{
+        repack::{repack_file, Repacked},
+        writer::RecordingWriter,
+        Header,
+    },
     sinks::recording::RecordingSink,
     symbolize::resolver::Resolver,
 };
@@ -121,8 +125,20 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot write {}", cfg.output.display()))?;
     file.sync_all()
         .with_context(|| format!("cannot sync {}", cfg.output.display()))?;
+    drop(file);
+    let size = match repack_file(&cfg.output) {
+        Ok(Repacked::Done { after, .. }) => format!("{after} bytes, chunks merged from {bytes}"),
+        Ok(Repacked::Left(_)) => format!("{bytes} bytes"),
+        Err(e) => {
+            eprintln!(
+                "rdmatrace: could not merge the chunks of {}: {e} (the recording is complete as written)",
+                cfg.output.display()
+            );
+            format!("{bytes} bytes")
+        }
+    };
     eprintln!(
-        "rdmatrace: {events} events, {lost} lost, recorded to {} ({bytes} bytes)",
+        "rdmatrace: {events} events, {lost} lost, recorded to {} ({size})",
         cfg.output.display()
     );
     live.loss_advice();

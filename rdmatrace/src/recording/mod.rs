@@ -1,4 +1,4 @@
-//! The recording file format (`.rdmt`), version 4 (versions 1 to 3 still read). Written by
+//! The recording file format (`.rdmt`), version 6 (versions 1 to 5 still read). Written by
 //! `rdmatrace record`, read by `trace --input`, `report`, ... without privileges.
 //!
 //! ```text
@@ -6,7 +6,8 @@
 //! preamble := "RDMATRC\0" (8 bytes) | version u32 LE | header_len u32 LE
 //! header := header_len bytes: JSON (Header): host, kernel, clock anchor, probe report;
 //!           from version 3: json_len u32 LE | LZ4 block of json_len bytes of that JSON,
-//!           compressed with [`HEADER_DICT`] as dictionary
+//!           compressed with a dictionary: [`HEADER_DICT`] in versions 3 to 5,
+//!           [`HEADER_DICT_6`] from version 6
 //! chunk  := "CHNK" | flags u32 | raw_len u32 | stored_len u32 | entries u32 | crc32 u32
 //!           | stored_len bytes (LZ4 block of raw_len bytes when flags & 1, else raw)
 //! raw    := entry*;  entry := tag u8 | len u16 LE | len bytes
@@ -45,6 +46,9 @@
 //! `crate::environ`), read by the recorder when the process was first seen, written after the
 //! record that made it read them.
 //!
+//! Version 6 changes only the header's dictionary ([`HEADER_DICT_6`]: a later probe report, so
+//! a typical header takes ~300 bytes instead of ~650); its chunks are version 5's.
+//!
 //! Every chunk starts from a clean state (previous `ts_ns` 0, empty task table), so chunks
 //! stay independently decodable.
 //!
@@ -54,12 +58,13 @@
 
 mod compact;
 pub mod reader;
+pub mod repack;
 pub mod writer;
 
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &[u8; 8] = b"RDMATRC\0";
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Oldest version this reader still reads (1: no symbol entries).
 pub const MIN_VERSION: u32 = 1;
 pub const CHUNK_MAGIC: &[u8; 4] = b"CHNK";
@@ -85,6 +90,19 @@ pub const MAX_HEADER: u32 = 1 << 20;
 /// with the host's values emptied, so a header mostly refers to it. Part of the format:
 /// never edit it (a test pins its checksum); a better one needs a new version.
 pub const HEADER_DICT: &[u8] = include_bytes!("header_dict.json");
+/// The LZ4 dictionary of version-6 headers: a lab recording's probe report of a later probe set
+/// (host values emptied), after the reasons a host without RDMA gives. Frozen like
+/// [`HEADER_DICT`].
+pub const HEADER_DICT_6: &[u8] = include_bytes!("header_dict_6.json");
+
+/// The dictionary a compressed header of format `version` (3 or later) was written with.
+pub fn header_dict(version: u32) -> &'static [u8] {
+    if version >= 6 {
+        HEADER_DICT_6
+    } else {
+        HEADER_DICT
+    }
+}
 
 /// The JSON header: what a reader needs to interpret the events.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,8 +6,8 @@ use std::{fmt, path::Path};
 
 use super::{
     compact::{Decoder, Order},
-    Entry, Header, HEADER_DICT, MAGIC, MAX_CHUNK, MAX_HEADER, MIN_VERSION, TAG_CGROUP, TAG_ENV,
-    TAG_EVENT, TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
+    Entry, Header, MAGIC, MAX_CHUNK, MAX_HEADER, MIN_VERSION, TAG_CGROUP, TAG_ENV, TAG_EVENT,
+    TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
 };
 use framer::{Data, Framer, Step};
 
@@ -175,7 +175,7 @@ impl Recording {
         }
         let stored = data.bytes(16, len, &mut buf)?;
         let header = if version >= 3 {
-            serde_json::from_slice(&header_json(stored)?)
+            serde_json::from_slice(&header_json(stored, version)?)
         } else {
             serde_json::from_slice(stored)
         }
@@ -267,8 +267,8 @@ impl From<std::io::Error> for ParseError {
     }
 }
 
-/// A version-3 header: `json_len u32 LE | LZ4 block`.
-fn header_json(stored: &[u8]) -> Result<Vec<u8>, ReadError> {
+/// A version-3 (or later) header: `json_len u32 LE | LZ4 block`.
+fn header_json(stored: &[u8], version: u32) -> Result<Vec<u8>, ReadError> {
     let (len, block) = stored
         .split_first_chunk::<4>()
         .ok_or_else(|| ReadError::HeaderCompression("shorter than its length field".into()))?;
@@ -278,7 +278,7 @@ fn header_json(stored: &[u8]) -> Result<Vec<u8>, ReadError> {
             "claims {len} bytes of JSON (limit {MAX_HEADER})"
         )));
     }
-    lz4_flex::block::decompress_with_dict(block, len as usize, HEADER_DICT)
+    lz4_flex::block::decompress_with_dict(block, len as usize, super::header_dict(version))
         .map_err(|e| ReadError::HeaderCompression(e.to_string()))
 }
 

@@ -9,7 +9,7 @@ use std::{
 
 use super::{
     compact::{Encoder, Order},
-    Header, CHUNK_MAGIC, FLAG_LZ4, HEADER_DICT, MAGIC, MIN_VERSION, TAG_CGROUP, TAG_ENV, TAG_EVENT,
+    Header, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MIN_VERSION, TAG_CGROUP, TAG_ENV, TAG_EVENT,
     TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
 };
 
@@ -71,7 +71,10 @@ impl<W: Write> RecordingWriter<W> {
         let json = serde_json::to_vec(header)?;
         let stored = if version >= 3 {
             let mut b = (json.len() as u32).to_le_bytes().to_vec();
-            b.extend_from_slice(&lz4_flex::block::compress_with_dict(&json, HEADER_DICT));
+            b.extend_from_slice(&lz4_flex::block::compress_with_dict(
+                &json,
+                super::header_dict(version),
+            ));
             b
         } else {
             json
@@ -192,6 +195,17 @@ impl<W: Write> RecordingWriter<W> {
         self.entry(TAG_ENV, &b)
     }
 
+    /// Any entry read from a recording, written again.
+    pub fn put(&mut self, entry: super::Entry<'_>) -> io::Result<()> {
+        match entry {
+            super::Entry::Event(b) => self.event(b),
+            super::Entry::Lost { ts_ns, count, cpu } => self.lost(ts_ns, cpu, count),
+            super::Entry::Symbol { pid, addr, name } => self.symbol(pid, addr, name),
+            super::Entry::Cgroup { id, path } => self.cgroup(id, path),
+            super::Entry::Env { pid, name, value } => self.env(pid, name, value),
+        }
+    }
+
     /// Writes the pending entries as one chunk (nothing when there are none).
     pub fn flush_chunk(&mut self) -> io::Result<()> {
         if self.entries == 0 {
@@ -223,14 +237,23 @@ impl<W: Write> RecordingWriter<W> {
     }
 }
 
+/// Where a rewrite puts the chunk boundaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundaries {
+    /// Where `rec` has them (a chunk is cut earlier only where the writer's size limit says so).
+    Keep,
+    /// Chunks merged up to the writer's size limit ([`super::repack`]).
+    Merge,
+}
+
 /// Writes every intact entry of `rec` again, in format `version` (re-encoding an old file,
-/// size comparisons, round-trip tests): same header, entries and chunk boundaries (a chunk
-/// is cut earlier only where the writer's size limit says so).
+/// size comparisons, round-trip tests): same header, same entries in the same order.
 /// Hands back the output, its size and the damage met in `rec`.
 pub fn rewrite<W: Write>(
     rec: &super::reader::Recording,
     out: W,
     version: u32,
+    boundaries: Boundaries,
 ) -> io::Result<(W, u64, Vec<super::reader::ChunkProblem>)> {
     let mut w = RecordingWriter::with_version(out, &rec.header, version)?;
     let mut error = None;
@@ -239,12 +262,9 @@ pub fn rewrite<W: Write>(
             return;
         }
         let r = match e {
-            None => w.flush_chunk(),
-            Some(super::Entry::Event(b)) => w.event(b),
-            Some(super::Entry::Lost { ts_ns, count, cpu }) => w.lost(ts_ns, cpu, count),
-            Some(super::Entry::Symbol { pid, addr, name }) => w.symbol(pid, addr, name),
-            Some(super::Entry::Cgroup { id, path }) => w.cgroup(id, path),
-            Some(super::Entry::Env { pid, name, value }) => w.env(pid, name, value),
+            None if boundaries == Boundaries::Keep => w.flush_chunk(),
+            None => Ok(()),
+            Some(e) => w.put(e),
         };
         if let Err(e) = r {
             error = Some(e);

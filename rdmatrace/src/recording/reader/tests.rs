@@ -205,8 +205,9 @@ fn cgroup_entries_are_version_4_and_damage_an_older_file() {
     let rec = Recording::from_bytes(bytes).expect("open");
     let (firsts, _, problems) = collect(&rec);
     assert_eq!((firsts, problems.len()), (vec![7], 0));
-    // A version-3 file that holds one anyway is damaged there, and says which tag.
-    let mut w = RecordingWriter::new(Vec::new(), &header()).expect("writer");
+    // A version-3 file that holds one anyway is damaged there, and says which tag (written
+    // as version 5, whose header dictionary is version 3's).
+    let mut w = RecordingWriter::with_version(Vec::new(), &header(), 5).expect("writer");
     w.cgroup(1, "/a").expect("cgroup");
     let mut bytes = w.finish().expect("finish").0;
     bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
@@ -217,6 +218,30 @@ fn cgroup_entries_are_version_4_and_damage_an_older_file() {
         format!("{:?}", problems[0]).contains("unknown entry tag 6"),
         "{problems:?}"
     );
+}
+
+#[test]
+fn a_version_6_header_is_read_with_its_own_dictionary() {
+    let (v6, _) = sample_v(1, 2, 6);
+    let (v5, _) = sample_v(1, 2, 5);
+    // Same chunks; only the header differs.
+    assert_eq!(v6.len() - header_end(&v6), v5.len() - header_end(&v5));
+    for bytes in [v6.clone(), v5] {
+        let rec = Recording::from_bytes(bytes).expect("opens");
+        assert_eq!(rec.header, header());
+    }
+    // A version-6 header relabelled as 5 is decompressed with the wrong dictionary: a clear
+    // error, never a wrong header.
+    let mut wrong = v6;
+    wrong[8..12].copy_from_slice(&5u32.to_le_bytes());
+    match Recording::from_bytes(wrong) {
+        Ok(rec) => assert_ne!(rec.header, header()),
+        Err(e) => assert!(e.to_string().contains("header"), "{e}"),
+    }
+}
+
+fn header_end(bytes: &[u8]) -> usize {
+    16 + u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize
 }
 
 #[test]
@@ -367,6 +392,14 @@ fn the_header_dictionary_is_frozen() {
             crc32fast::hash(crate::recording::HEADER_DICT)
         ),
         (2584, 2086934735)
+    );
+    // Version-6 files against this one.
+    assert_eq!(
+        (
+            crate::recording::HEADER_DICT_6.len(),
+            crc32fast::hash(crate::recording::HEADER_DICT_6)
+        ),
+        (3777, 17972543)
     );
 }
 

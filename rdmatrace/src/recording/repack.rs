@@ -1,0 +1,117 @@
+//! Repacking a finished recording. The recorder writes a chunk every second, so a kill -9 loses
+//! at most a second of events; a long, quiet recording is then many small chunks, each paying
+//! its own chunk header, task table and cold LZ4 start. On a clean stop `record` writes the same
+//! entries again with the chunks merged up to the writer's size into a file beside the
+//! recording, and renames it over the original: whenever it is interrupted, one complete
+//! recording is left under the name (a leftover `NAME.repack-tmp` is removed by the next repack
+//! of NAME).
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::{self, Write},
+    os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt},
+    path::{Path, PathBuf},
+};
+
+use super::{
+    reader::Recording,
+    writer::{rewrite, Boundaries},
+    VERSION,
+};
+
+/// Larger recordings are left as written (their chunks are mostly full; the rewrite would
+/// make the user wait at the end).
+pub const REPACK_MAX: u64 = 64 << 20;
+
+/// What a repack did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Repacked {
+    /// The recording was replaced by its repacked copy.
+    Done { before: u64, after: u64 },
+    /// Left as it was, and why.
+    Left(String),
+}
+
+/// The temporary file a repack of `path` writes.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".repack-tmp");
+    path.with_file_name(name)
+}
+
+/// Merges the chunks of the recording at `path` (a regular file of this format version, with
+/// no other hard link, at most [`REPACK_MAX`] bytes); keeps its mode and owner. A damaged
+/// recording, or one the merge would not make smaller, is left alone.
+pub fn repack_file(path: &Path) -> io::Result<Repacked> {
+    let left = |why: &str| Ok(Repacked::Left(why.to_string()));
+    let meta = fs::symlink_metadata(path)?;
+    if !meta.file_type().is_file() {
+        return left("not a regular file");
+    }
+    if meta.nlink() > 1 {
+        return left("it has other hard links");
+    }
+    if meta.len() > REPACK_MAX {
+        return left("larger than 64 MiB");
+    }
+    let rec = Recording::open(path).map_err(io::Error::other)?;
+    if rec.version != VERSION {
+        return left("written in another format version");
+    }
+    let mut chunks = 0u64;
+    let problems = rec.replay_chunks(|e| chunks += u64::from(e.is_none()));
+    if !problems.is_empty() {
+        return left("damaged");
+    }
+    if chunks < 2 {
+        return left("one chunk already");
+    }
+    let (bytes, after, problems) = rewrite(&rec, Vec::new(), VERSION, Boundaries::Merge)?;
+    if !problems.is_empty() {
+        return left("damaged");
+    }
+    if after >= meta.len() {
+        return left("merging would not make it smaller");
+    }
+    let tmp = temp_path(path);
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let written = write_beside(&tmp, &bytes, &meta).and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    // The rename itself survives a crash once the directory is synced.
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let _ = File::open(dir).and_then(|d| d.sync_all());
+    Ok(Repacked::Done {
+        before: meta.len(),
+        after,
+    })
+}
+
+/// Writes `bytes` to the new file `tmp` with the original's mode and owner, synced.
+fn write_beside(tmp: &Path, bytes: &[u8], original: &fs::Metadata) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(original.mode() & 0o7777)
+        .open(tmp)?;
+    // The mode asked for at creation is cut by the umask; the original's is kept exactly.
+    f.set_permissions(fs::Permissions::from_mode(original.mode() & 0o7777))?;
+    if (original.uid(), original.gid()) != current_owner(&f)? {
+        std::os::unix::fs::fchown(&f, Some(original.uid()), Some(original.gid()))?;
+    }
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+fn current_owner(f: &File) -> io::Result<(u32, u32)> {
+    let m = f.metadata()?;
+    Ok((m.uid(), m.gid()))
+}
