@@ -11,11 +11,15 @@ fn main() -> anyhow::Result<()> {
             std::fs::write(&out, b"")?;
         }
     }
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../rdmatrace-ebpf");
+    // Read when the script runs, not baked in when it is compiled: cargo reuses a compiled
+    // build script for another checkout of the same workspace layout in a shared target
+    // directory (the bench's previous release), which would then build that checkout's probes.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")?;
+    let root = format!("{manifest}/../rdmatrace-ebpf");
     aya_build::build_ebpf(
         [Package {
             name: "rdmatrace-ebpf",
-            root_dir: root,
+            root_dir: &root,
             ..Default::default()
         }],
         Toolchain::Nightly,

@@ -47,9 +47,11 @@ fn git(args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// The bench executable of the `replay` bench of the workspace at `dir`, built (release) into
-/// the repository's target directory; the previous release's without its kernel programs
-/// (replay loads none).
-fn build(dir: &Path, skip_probes: bool) -> anyhow::Result<PathBuf> {
+/// `target_dir`; the previous release's without its kernel programs (replay loads none). The
+/// previous release has a target directory of its own: in a shared one, cargo takes its
+/// artifacts for today's (the same workspace layout gives them the same names) and they
+/// replace each other.
+fn build(dir: &Path, target_dir: &Path, skip_probes: bool) -> anyhow::Result<PathBuf> {
     let mut c = Command::new("cargo");
     if skip_probes {
         c.env("AYA_BUILD_SKIP", "1");
@@ -57,7 +59,7 @@ fn build(dir: &Path, skip_probes: bool) -> anyhow::Result<PathBuf> {
     let out = c
         .current_dir(dir)
         .env("PATH", cmd::path_with_cargo_bin())
-        .env("CARGO_TARGET_DIR", cmd::repo_root().join("target"))
+        .env("CARGO_TARGET_DIR", target_dir)
         .args([
             "bench",
             "-p",
@@ -156,8 +158,8 @@ pub fn run() -> anyhow::Result<SideBySide> {
         "bench: previous release {commit} ({date}) in {}",
         src.display()
     );
-    let previous = build(&src, true)?;
-    let today = build(&cmd::repo_root(), false)?;
+    let previous = build(&src, &out.join("previous-release-target"), true)?;
+    let today = build(&cmd::repo_root(), &cmd::repo_root().join("target"), false)?;
     let mut runs: Vec<(Rates, Rates)> = Vec::new();
     for i in 0..PAIRS {
         eprintln!("bench: side by side, pair {}/{PAIRS}", i + 1);
