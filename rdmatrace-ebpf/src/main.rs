@@ -3,6 +3,9 @@
 //! kernel memory reads in `read.rs` and every per-architecture register access in `regs.rs`.
 #![no_std]
 #![no_main]
+// `maps::add`: the atomic add intrinsic (the bpf target has no `AtomicU64::fetch_add`).
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod emit;
 mod maps;

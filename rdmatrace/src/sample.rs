@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use aya::maps::{MapData, PerCpuHashMap};
+use aya::maps::{HashMap as BpfHashMap, MapData};
 use rdmatrace_common::{
     event::{
         CounterSample, CqNotify, CqNotifySample, EventKind, GidSample, PortSample, QpTraffic,
@@ -103,9 +103,9 @@ fn read_counters(root: &Path) -> Vec<(CounterKey, u64)> {
 }
 
 pub struct Sampler {
-    tcp: Option<PerCpuHashMap<MapData, TcpPeerKey, TcpBytes>>,
-    qps: Option<PerCpuHashMap<MapData, u64, QpTraffic>>,
-    cqs: Option<PerCpuHashMap<MapData, u64, CqNotify>>,
+    tcp: Option<BpfHashMap<MapData, TcpPeerKey, TcpBytes>>,
+    qps: Option<BpfHashMap<MapData, u64, QpTraffic>>,
+    cqs: Option<BpfHashMap<MapData, u64, CqNotify>>,
     counters_root: Option<PathBuf>,
     prev_tcp: HashMap<TcpPeerKey, TcpBytes>,
     prev_qp: HashMap<u64, QpTraffic>,
@@ -120,57 +120,32 @@ pub struct Sampler {
     traffic_announced: bool,
 }
 
-fn sum_tcp(per_cpu: impl Iterator<Item = TcpBytes>) -> Option<TcpBytes> {
-    per_cpu.reduce(|mut a, b| {
-        a.tx_bytes += b.tx_bytes;
-        a.rx_bytes += b.rx_bytes;
-        a.tx_calls += b.tx_calls;
-        a.rx_calls += b.rx_calls;
-        if a.comm[0] == 0 {
-            a.comm = b.comm;
-        }
-        a
-    })
-}
-
-fn sum_qp(per_cpu: impl Iterator<Item = QpTraffic>) -> Option<QpTraffic> {
-    // A CPU that never saw this QP (or saw an older QP at its address) has a different ident.
-    let all: Vec<QpTraffic> = per_cpu.collect();
-    let newest = all
-        .iter()
-        .filter(|t| t.qp.qpn != 0)
-        .max_by_key(|t| t.tx_packets + t.rx_packets)?
-        .qp;
-    let mut total = QpTraffic {
-        qp: newest,
+/// What a QP sent and received since the previous total at its map key; everything when that
+/// was another QP (one freed at the same address).
+fn qp_delta(prev: Option<QpTraffic>, total: QpTraffic) -> QpTraffic {
+    let p = prev.filter(|p| p.qp == total.qp).unwrap_or(QpTraffic {
+        qp: total.qp,
         tx_packets: 0,
         tx_bytes: 0,
         rx_packets: 0,
         rx_bytes: 0,
-    };
-    for t in all.iter().filter(|t| t.qp == newest) {
-        total.tx_packets += t.tx_packets;
-        total.tx_bytes += t.tx_bytes;
-        total.rx_packets += t.rx_packets;
-        total.rx_bytes += t.rx_bytes;
+    });
+    QpTraffic {
+        qp: total.qp,
+        tx_packets: total.tx_packets.saturating_sub(p.tx_packets),
+        tx_bytes: total.tx_bytes.saturating_sub(p.tx_bytes),
+        rx_packets: total.rx_packets.saturating_sub(p.rx_packets),
+        rx_bytes: total.rx_bytes.saturating_sub(p.rx_bytes),
     }
-    Some(total)
 }
 
-fn sum_cq(per_cpu: impl Iterator<Item = CqNotify>) -> Option<CqNotify> {
-    // As for QPs: a CPU may still hold an older CQ that lived at the same address.
-    let all: Vec<CqNotify> = per_cpu.collect();
-    let newest = all
-        .iter()
-        .filter(|n| n.count != 0)
-        .max_by_key(|n| n.count)?;
-    let mut total = *newest;
-    total.count = all
-        .iter()
-        .filter(|n| n.cqn == newest.cqn && n.dev == newest.dev)
-        .map(|n| n.count)
-        .sum();
-    Some(total)
+/// A CQ's notifications since the previous total at its map key (all of them when that was
+/// another CQ).
+fn cq_delta(prev: Option<CqNotify>, total: CqNotify) -> CqNotify {
+    let prev = prev.filter(|p| p.cqn == total.cqn && p.dev == total.dev);
+    let mut delta = total;
+    delta.count = total.count.saturating_sub(prev.map_or(0, |p| p.count));
+    delta
 }
 
 impl Sampler {
@@ -180,23 +155,23 @@ impl Sampler {
         let tcp = tracer
             .ebpf
             .take_map("TCP_BYTES")
-            .and_then(|m| PerCpuHashMap::try_from(m).ok());
+            .and_then(|m| BpfHashMap::try_from(m).ok());
         let qps = tracer
             .ebpf
             .take_map("QP_TRAFFIC")
-            .and_then(|m| PerCpuHashMap::try_from(m).ok());
+            .and_then(|m| BpfHashMap::try_from(m).ok());
         let cqs = tracer
             .ebpf
             .take_map("CQ_NOTIFY")
-            .and_then(|m| PerCpuHashMap::try_from(m).ok());
+            .and_then(|m| BpfHashMap::try_from(m).ok());
         Sampler::with_sources(tcp, qps, cqs, counters_root)
     }
 
     /// A sampler of these sources, baselined: it reports what happens from now on.
     fn with_sources(
-        tcp: Option<PerCpuHashMap<MapData, TcpPeerKey, TcpBytes>>,
-        qps: Option<PerCpuHashMap<MapData, u64, QpTraffic>>,
-        cqs: Option<PerCpuHashMap<MapData, u64, CqNotify>>,
+        tcp: Option<BpfHashMap<MapData, TcpPeerKey, TcpBytes>>,
+        qps: Option<BpfHashMap<MapData, u64, QpTraffic>>,
+        cqs: Option<BpfHashMap<MapData, u64, CqNotify>>,
         counters_root: Option<PathBuf>,
     ) -> Sampler {
         let mut s = Sampler {
@@ -269,11 +244,8 @@ impl Sampler {
         if let Some(map) = &self.tcp {
             // Keys the kernel evicted or no longer has are forgotten here too.
             let mut seen = std::collections::HashSet::new();
-            for (key, per_cpu) in map.iter().filter_map(Result::ok) {
+            for (key, total) in map.iter().filter_map(Result::ok) {
                 seen.insert(key);
-                let Some(total) = sum_tcp(per_cpu.iter().copied()) else {
-                    continue;
-                };
                 let prev = self.prev_tcp.insert(key, total);
                 let base = prev.unwrap_or(TcpBytes {
                     tx_bytes: 0,
@@ -287,7 +259,7 @@ impl Sampler {
                     rx_bytes: total.rx_bytes.saturating_sub(base.rx_bytes),
                     tx_calls: total.tx_calls.saturating_sub(base.tx_calls),
                     rx_calls: total.rx_calls.saturating_sub(base.rx_calls),
-                    // The key says the peer (a CPU slot may be zero where it never counted).
+                    // The key says the peer.
                     daddr: key.daddr,
                     family: key.family,
                     ..total
@@ -302,25 +274,8 @@ impl Sampler {
             self.prev_tcp.retain(|k, _| seen.contains(k));
         }
         if let Some(map) = &self.qps {
-            for (key, per_cpu) in map.iter().filter_map(Result::ok) {
-                let Some(total) = sum_qp(per_cpu.iter().copied()) else {
-                    continue;
-                };
-                let prev = self.prev_qp.insert(key, total).filter(|p| p.qp == total.qp);
-                let p = prev.unwrap_or(QpTraffic {
-                    qp: total.qp,
-                    tx_packets: 0,
-                    tx_bytes: 0,
-                    rx_packets: 0,
-                    rx_bytes: 0,
-                });
-                let delta = QpTraffic {
-                    qp: total.qp,
-                    tx_packets: total.tx_packets.saturating_sub(p.tx_packets),
-                    tx_bytes: total.tx_bytes.saturating_sub(p.tx_bytes),
-                    rx_packets: total.rx_packets.saturating_sub(p.rx_packets),
-                    rx_bytes: total.rx_bytes.saturating_sub(p.rx_bytes),
-                };
+            for (key, total) in map.iter().filter_map(Result::ok) {
+                let delta = qp_delta(self.prev_qp.insert(key, total), total);
                 if ts_ns != 0 && (delta.tx_packets | delta.rx_packets) != 0 {
                     out.push(pod_bytes(&QpTrafficSample {
                         header: header(EventKind::QpTraffic, ts_ns, 0, [0; 16]),
@@ -330,16 +285,8 @@ impl Sampler {
             }
         }
         if let Some(map) = &self.cqs {
-            for (key, per_cpu) in map.iter().filter_map(Result::ok) {
-                let Some(total) = sum_cq(per_cpu.iter().copied()) else {
-                    continue;
-                };
-                let prev = self
-                    .prev_cq
-                    .insert(key, total)
-                    .filter(|p| p.cqn == total.cqn && p.dev == total.dev);
-                let mut delta = total;
-                delta.count = total.count.saturating_sub(prev.map_or(0, |p| p.count));
+            for (key, total) in map.iter().filter_map(Result::ok) {
+                let delta = cq_delta(self.prev_cq.insert(key, total), total);
                 if ts_ns != 0 && delta.count != 0 {
                     out.push(pod_bytes(&CqNotifySample {
                         header: header(EventKind::CqNotify, ts_ns, 0, [0; 16]),
@@ -468,27 +415,46 @@ mod tests {
         assert!(got.iter().all(|(k, _)| k.dev == "rxe0" && k.port == 1));
     }
 
-    #[test]
-    fn per_cpu_qp_totals_ignore_a_stale_qp_at_the_same_address() {
-        let mk = |qpn, pk| {
-            let mut t: QpTraffic = QpTraffic {
-                qp: rdmatrace_common::event::QpIdent {
-                    dev: [0; 64],
-                    qpn,
-                    qp_type: 2,
-                },
-                tx_packets: pk,
-                tx_bytes: pk * 100,
-                rx_packets: 0,
-                rx_bytes: 0,
-            };
-            t.qp.dev[0] = b'r';
-            t
+    fn traffic(qpn: u32, packets: u64) -> QpTraffic {
+        let mut t = QpTraffic {
+            qp: rdmatrace_common::event::QpIdent {
+                dev: [0; 64],
+                qpn,
+                qp_type: 2,
+            },
+            tx_packets: packets,
+            tx_bytes: packets * 100,
+            rx_packets: 1,
+            rx_bytes: 10,
         };
-        let total = sum_qp([mk(0x11, 5), mk(0x12, 50), mk(0x12, 7)].into_iter()).expect("total");
+        t.qp.dev[0] = b'r';
+        t
+    }
+
+    #[test]
+    fn qp_traffic_is_the_change_since_the_same_qps_previous_total() {
+        let d = qp_delta(Some(traffic(0x12, 50)), traffic(0x12, 57));
         assert_eq!(
-            (total.qp.qpn, total.tx_packets, total.tx_bytes),
-            (0x12, 57, 5700)
+            (d.qp.qpn, d.tx_packets, d.tx_bytes, d.rx_packets),
+            (0x12, 7, 700, 0)
         );
+        // A new QP at a freed QP's address: all of its traffic is new.
+        let d = qp_delta(Some(traffic(0x11, 50)), traffic(0x12, 5));
+        assert_eq!((d.qp.qpn, d.tx_packets, d.rx_bytes), (0x12, 5, 10));
+        let d = qp_delta(None, traffic(0x12, 5));
+        assert_eq!(d.tx_packets, 5);
+    }
+
+    #[test]
+    fn cq_notifications_are_the_change_since_the_same_cqs_previous_total() {
+        // SAFETY: all-zero is a valid value of this integer-only struct.
+        let mut old: CqNotify = unsafe { std::mem::zeroed() };
+        old.cqn = 3;
+        old.count = 40;
+        let mut now = old;
+        now.count = 42;
+        assert_eq!(cq_delta(Some(old), now).count, 2);
+        now.cqn = 4;
+        assert_eq!(cq_delta(Some(old), now).count, 42);
     }
 }

@@ -12,7 +12,7 @@ use rdmatrace_common::{
 
 use crate::{
     emit::{config, header, output, wanted_pid},
-    maps::CQ_NOTIFY,
+    maps::{add, CQ_NOTIFY, NOEXIST},
     probes::res::res_owner,
     read,
     regs::arg,
@@ -45,10 +45,9 @@ fn try_cq_comp(ctx: &ProbeContext) -> Option<u32> {
     }
     let cqn = read::field::<u32>(res, cfg.res_id).unwrap_or(0);
     // A new CQ, or a new CQ at a freed CQ's address: start from zero.
+    let known = CQ_NOTIFY.get_ptr(cq);
     // SAFETY: only the cqn is read, to compare.
-    let fresh = CQ_NOTIFY
-        .get_ptr(cq)
-        .is_none_or(|n| unsafe { (*n).cqn } != cqn);
+    let fresh = known.is_none_or(|n| unsafe { (*n).cqn } != cqn);
     if fresh {
         // SAFETY: all-zero is a valid value of this integer-only struct.
         let mut n: CqNotify = unsafe { core::mem::zeroed() };
@@ -59,15 +58,17 @@ fn try_cq_comp(ctx: &ProbeContext) -> Option<u32> {
         n.cqn = cqn;
         let dev = read::field::<u64>(cq, cfg.res_device[RES_CQ]).unwrap_or(0);
         read::bytes(dev, cfg.device_name, &mut n.dev);
-        let _ = CQ_NOTIFY.insert(cq, n, 0);
+        // A freed CQ's entry is replaced; a new CQ's is made unless another CPU just did.
+        let flags = if known.is_some() { 0 } else { NOEXIST };
+        let _ = CQ_NOTIFY.insert(cq, n, flags);
     }
     let n = CQ_NOTIFY.get_ptr_mut(cq)?;
-    // SAFETY: this CPU's slot of a live map value; nothing else writes it meanwhile.
+    // SAFETY: a live map value; other CPUs add to its count too, atomically.
     unsafe {
         if !wanted_pid(cfg, (*n).owner_pid) {
             return None;
         }
-        (*n).count += 1;
+        add(&raw mut (*n).count, 1);
     }
     Some(0)
 }

@@ -12,7 +12,7 @@ use rdmatrace_common::{
 
 use crate::{
     emit::{config, header, output},
-    maps::QP_TRAFFIC,
+    maps::{add, NOEXIST, QP_TRAFFIC},
     probes::{qp::qp_ident, res::remember_mr_access},
     read,
     regs::{self, arg},
@@ -97,22 +97,24 @@ fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
     // SAFETY: only the qpn is read, to compare.
     let t = match QP_TRAFFIC.get_ptr_mut(qp) {
         Some(t) if unsafe { (*t).qp.qpn } == qpn => t,
-        _ => {
+        found => {
             // SAFETY: all-zero is a valid value of this integer-only struct.
             let mut t: QpTraffic = unsafe { core::mem::zeroed() };
             qp_ident(cfg, ibqp, &mut t.qp);
-            let _ = QP_TRAFFIC.insert(qp, t, 0);
+            // A freed QP's entry is replaced; a new QP's is made unless another CPU just did.
+            let flags = if found.is_some() { 0 } else { NOEXIST };
+            let _ = QP_TRAFFIC.insert(qp, t, flags);
             QP_TRAFFIC.get_ptr_mut(qp)?
         }
     };
-    // SAFETY: this CPU's slot of a live map value; nothing else writes it meanwhile.
+    // SAFETY: fields of a live map value; other CPUs add to them too, atomically.
     unsafe {
         if tx {
-            (*t).tx_packets += 1;
-            (*t).tx_bytes += len;
+            add(&raw mut (*t).tx_packets, 1);
+            add(&raw mut (*t).tx_bytes, len);
         } else {
-            (*t).rx_packets += 1;
-            (*t).rx_bytes += len;
+            add(&raw mut (*t).rx_packets, 1);
+            add(&raw mut (*t).rx_bytes, len);
         }
     }
     Some(0)

@@ -18,7 +18,7 @@ use rdmatrace_common::{
 
 use crate::{
     emit::{config, header, output, wanted, wanted_pid},
-    maps::{PENDING_TCP_SK, SOCK_OWNER, TCP_BYTES},
+    maps::{add, NOEXIST, PENDING_TCP_SK, SOCK_OWNER, TCP_BYTES},
     read, regs,
 };
 
@@ -206,17 +206,18 @@ fn add_bytes(cfg: &ProbeConfig, sk: u64, family: u16, bytes: u64, tx: bool) -> O
             family: key.family,
             _pad: [0; 6],
         };
-        let _ = TCP_BYTES.insert(&key, fresh, 0);
+        // Another CPU's entry for the same key, made meanwhile, is kept (its counts with it).
+        let _ = TCP_BYTES.insert(&key, fresh, NOEXIST);
     }
     let v = TCP_BYTES.get_ptr_mut(&key)?;
-    // SAFETY: this CPU's slot of a live map value; nothing else writes it meanwhile.
+    // SAFETY: fields of a live map value; other CPUs add to them too, atomically.
     unsafe {
         if tx {
-            (*v).tx_bytes += bytes;
-            (*v).tx_calls += 1;
+            add(&raw mut (*v).tx_bytes, bytes);
+            add(&raw mut (*v).tx_calls, 1);
         } else {
-            (*v).rx_bytes += bytes;
-            (*v).rx_calls += 1;
+            add(&raw mut (*v).rx_bytes, bytes);
+            add(&raw mut (*v).rx_calls, 1);
         }
     }
     Some(0)
