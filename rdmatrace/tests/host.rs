@@ -235,4 +235,15 @@ fn root_nordma_doctor_attaches_process_probes_and_says_rdma_ones_are_unavailable
         qp["detail"].as_str().unwrap_or("").contains("ib_core"),
         "{qp}"
     );
+    // The maps' kernel memory: at least the ring buffer, and almost none of it per CPU (the
+    // aggregate maps are shared; only the one-slot loss counter is per CPU).
+    let mem = item("kernel memory: maps").expect("kernel memory listed");
+    let detail = mem["detail"].as_str().unwrap_or("");
+    let numbers: Vec<u64> = detail
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let (total, per_cpu) = (numbers[0], numbers[numbers.len() - 1]);
+    assert!(total >= 4 << 20, "{mem}");
+    assert!(per_cpu < total / 1000, "{mem}");
 }

@@ -249,6 +249,27 @@ fn probe_checks() -> Vec<Check> {
                 let ms = format!("{:.1} ms", d.as_secs_f64() * 1e3);
                 c.push(check(Level::Ok, format!("start-up: {phase}"), ms, None));
             }
+            match loader::memory::of_this_process() {
+                Ok(m) => c.push(check(
+                    Level::Ok,
+                    "kernel memory: maps",
+                    format!(
+                        "{} bytes ({:.1} MiB) in {} maps; {} bytes of them in per-CPU maps, \
+                         which grow with the CPU count",
+                        m.bytes,
+                        m.bytes as f64 / 1048576.0,
+                        m.maps,
+                        m.per_cpu_bytes
+                    ),
+                    None,
+                )),
+                Err(e) => c.push(check(
+                    Level::Off,
+                    "kernel memory: maps",
+                    format!("cannot read /proc/self/fdinfo: {e}"),
+                    None,
+                )),
+            }
         }
         Err(e) => c.push(check(
             Level::Bad,

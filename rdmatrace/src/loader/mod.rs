@@ -3,6 +3,7 @@
 
 use crate::btf;
 pub mod copies;
+pub mod memory;
 mod resolve;
 pub mod uprobe;
 mod verify;

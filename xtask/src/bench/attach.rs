@@ -1,6 +1,6 @@
 //! Attach time on this host: `rdmatrace trace` from its exec to its ready line, with every probe
 //! this host's kernel offers, several runs; and where one start-up spent its time, phase by
-//! phase, as `rdmatrace doctor --json` reports it.
+//! phase, and the kernel memory its maps hold, as `rdmatrace doctor --json` reports them.
 
 use std::{
     fmt::Write as _,
@@ -27,6 +27,19 @@ pub struct Attach {
     pub phases: Vec<(String, String)>,
     pub attached: usize,
     pub off: usize,
+    /// (all maps, the per-CPU ones) in bytes of kernel memory (`doctor`'s `kernel memory:
+    /// maps`).
+    pub maps_bytes: Option<(u64, u64)>,
+}
+
+/// The first and the last number of the doctor's `kernel memory: maps` detail: "B bytes (...)
+/// in N maps; P bytes of them in per-CPU maps, ...".
+fn maps_bytes(detail: &str) -> Option<(u64, u64)> {
+    let n: Vec<u64> = detail
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    Some((*n.first()?, *n.last()?))
 }
 
 /// Exec to the ready line of one `trace` run, which then ends by itself.
@@ -77,6 +90,10 @@ pub fn run(runs: u32) -> anyhow::Result<Attach> {
                 .map(|p| (p.to_string(), text(i, "detail")))
         })
         .collect();
+    let maps_bytes = items
+        .iter()
+        .find(|i| text(i, "item") == "kernel memory: maps")
+        .and_then(|i| maps_bytes(&text(i, "detail")));
     let probes = items
         .iter()
         .filter(|i| text(i, "item").starts_with("probe "));
@@ -94,6 +111,7 @@ pub fn run(runs: u32) -> anyhow::Result<Attach> {
         phases,
         attached,
         off,
+        maps_bytes,
     })
 }
 
@@ -145,5 +163,32 @@ pub fn section(s: &mut String, a: Result<&Attach, &String>) {
             let _ = writeln!(s, "| {p} | {d} |");
         }
         let _ = writeln!(s);
+    }
+    if let Some((all, per_cpu)) = a.maps_bytes {
+        let _ = writeln!(
+            s,
+            "Kernel memory the loaded maps hold (`rdmatrace doctor`, its `kernel memory: maps` \
+             item: the maps' memlock, as `bpftool map show` counts it): {:.1} MiB, of which {} \
+             bytes in per-CPU maps (the part that grows with the number of possible CPUs).\n",
+            all as f64 / 1048576.0,
+            per_cpu
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_doctors_map_memory_detail_gives_both_figures() {
+        assert_eq!(
+            maps_bytes(
+                "22164080 bytes (21.1 MiB) in 19 maps; 336 bytes of them in per-CPU maps, \
+                 which grow with the CPU count"
+            ),
+            Some((22164080, 336))
+        );
+        assert_eq!(maps_bytes("cannot read /proc/self/fdinfo"), None);
     }
 }

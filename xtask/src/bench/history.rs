@@ -90,6 +90,20 @@ pub fn figures(i: &Inputs<'_>) -> Figures {
             median(&a.ready_ms).unwrap_or(f64::NAN),
             "ms",
         );
+        if let Some((all, per_cpu)) = a.maps_bytes {
+            put(
+                &mut f,
+                "attach.maps_kernel_memory",
+                all as f64 / 1048576.0,
+                "MiB",
+            );
+            put(
+                &mut f,
+                "attach.maps_kernel_memory_per_cpu_maps",
+                per_cpu as f64,
+                "B",
+            );
+        }
     }
     if let Ok(b) = i.big {
         for r in &b.runs {

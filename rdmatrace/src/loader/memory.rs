@@ -1,0 +1,68 @@
+//! What the loaded maps hold in kernel memory: the `memlock` the kernel accounts for each map
+//! this process has open (`/proc/self/fdinfo`), the figure `bpftool map show` prints. Per-CPU
+//! maps are counted apart: theirs grows with the number of possible CPUs.
+
+use std::fs;
+
+/// `BPF_MAP_TYPE_PERCPU_HASH`, `_PERCPU_ARRAY`, `_LRU_PERCPU_HASH`, `_PERCPU_CGROUP_STORAGE`.
+const PER_CPU_TYPES: [u32; 4] = [5, 6, 10, 21];
+
+/// Kernel memory of the maps a process holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapMemory {
+    pub maps: usize,
+    pub bytes: u64,
+    /// The part in per-CPU maps.
+    pub per_cpu_bytes: u64,
+}
+
+/// `(map_type, memlock)` of one map's fdinfo text; `None` when it is not a map's.
+fn parse_fdinfo(text: &str) -> Option<(u32, u64)> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    Some((
+        field("map_type")?.parse().ok()?,
+        field("memlock")?.parse().ok()?,
+    ))
+}
+
+/// Sums over this process's open BPF maps (every map it loaded: the tracer opens no others).
+pub fn of_this_process() -> std::io::Result<MapMemory> {
+    let mut m = MapMemory::default();
+    for fd in fs::read_dir("/proc/self/fd")? {
+        let fd = fd?;
+        if fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:bpf-map") {
+            let info = fs::read_to_string(format!(
+                "/proc/self/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))?;
+            if let Some((kind, bytes)) = parse_fdinfo(&info) {
+                m.maps += 1;
+                m.bytes += bytes;
+                if PER_CPU_TYPES.contains(&kind) {
+                    m.per_cpu_bytes += bytes;
+                }
+            }
+        }
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_maps_fdinfo_gives_its_type_and_memlock() {
+        let text = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nmap_type:\t9\n\
+                    key_size:\t8\nvalue_size:\t4\nmax_entries:\t4096\nmap_flags:\t0x0\n\
+                    map_extra:\t0x0\nmemlock:\t328576\nmap_id:\t42\nfrozen:\t0\n";
+        assert_eq!(parse_fdinfo(text), Some((9, 328576)));
+        // A program's fdinfo, or a kernel without memlock accounting: not counted.
+        assert_eq!(parse_fdinfo("prog_type:\t2\nmemlock:\t4096\n"), None);
+        assert_eq!(parse_fdinfo("map_type:\t1\n"), None);
+    }
+}
