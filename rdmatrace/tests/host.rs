@@ -235,8 +235,9 @@ fn root_nordma_doctor_attaches_process_probes_and_says_rdma_ones_are_unavailable
         qp["detail"].as_str().unwrap_or("").contains("ib_core"),
         "{qp}"
     );
-    // The maps' kernel memory: at least the ring buffer, and almost none of it per CPU (the
-    // aggregate maps are shared; only the one-slot loss counter is per CPU).
+    // The maps' kernel memory (this host's kernel is 6.4 or later, which accounts a map's real
+    // memory): at least the ring buffer, and almost none of it per CPU (the aggregate maps are
+    // shared; only the one-slot loss counter is per CPU).
     let mem = item("kernel memory: maps").expect("kernel memory listed");
     let detail = mem["detail"].as_str().unwrap_or("");
     let numbers: Vec<u64> = detail

@@ -155,11 +155,13 @@ fn a_repacked_recording_replays_identically_in_fewer_bytes_and_chunks() {
             chunks(&before),
             after.len()
         );
-        // Once is enough.
+        // Once is enough; a leftover temp file goes even when nothing is merged.
+        std::fs::write(temp_path(&path), b"stale").expect("stale temp");
         assert_eq!(
             repack_file(&path).expect("again"),
             Repacked::Left("one chunk already".into())
         );
+        assert!(!temp_path(&path).exists(), "{name}");
     }
 }
 

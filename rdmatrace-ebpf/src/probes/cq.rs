@@ -58,7 +58,8 @@ fn try_cq_comp(ctx: &ProbeContext) -> Option<u32> {
         n.cqn = cqn;
         let dev = read::field::<u64>(cq, cfg.res_device[RES_CQ]).unwrap_or(0);
         read::bytes(dev, cfg.device_name, &mut n.dev);
-        // A freed CQ's entry is replaced; a new CQ's is made unless another CPU just did.
+        // A freed CQ's entry is replaced; a new CQ's is made unless another CPU just did (two
+        // CPUs replacing a stale entry at once may lose a first notification of the new CQ).
         let flags = if known.is_some() { 0 } else { NOEXIST };
         let _ = CQ_NOTIFY.insert(cq, n, flags);
     }

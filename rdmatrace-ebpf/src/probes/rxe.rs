@@ -102,6 +102,8 @@ fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
             let mut t: QpTraffic = unsafe { core::mem::zeroed() };
             qp_ident(cfg, ibqp, &mut t.qp);
             // A freed QP's entry is replaced; a new QP's is made unless another CPU just did.
+            // (Two CPUs replacing the same stale entry at once may lose the first packets of the
+            // new QP: bounded, and only when a QP reuses a freed one's address.)
             let flags = if found.is_some() { 0 } else { NOEXIST };
             let _ = QP_TRAFFIC.insert(qp, t, flags);
             QP_TRAFFIC.get_ptr_mut(qp)?

@@ -1,6 +1,8 @@
 //! What the loaded maps hold in kernel memory: the `memlock` the kernel accounts for each map
-//! this process has open (`/proc/self/fdinfo`), the figure `bpftool map show` prints. Per-CPU
-//! maps are counted apart: theirs grows with the number of possible CPUs.
+//! this process has open (`/proc/self/fdinfo`), the figure `bpftool map show` prints. From
+//! Linux 6.4 that is the memory a map really uses; before, only its keys and values (a ring
+//! buffer shows as 0). Per-CPU maps are counted apart: their values are kept once per possible
+//! CPU.
 
 use std::fs;
 
@@ -35,10 +37,15 @@ pub fn of_this_process() -> std::io::Result<MapMemory> {
     for fd in fs::read_dir("/proc/self/fd")? {
         let fd = fd?;
         if fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:bpf-map") {
-            let info = fs::read_to_string(format!(
+            let info = match fs::read_to_string(format!(
                 "/proc/self/fdinfo/{}",
                 fd.file_name().to_string_lossy()
-            ))?;
+            )) {
+                Ok(i) => i,
+                // Closed meanwhile (another thread): not a map of ours any more.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             if let Some((kind, bytes)) = parse_fdinfo(&info) {
                 m.maps += 1;
                 m.bytes += bytes;

@@ -4,11 +4,11 @@
 //! entries again with the chunks merged up to the writer's size into a file beside the
 //! recording, and renames it over the original: whenever it is interrupted, one complete
 //! recording is left under the name (a leftover `NAME.repack-tmp` is removed by the next repack
-//! of NAME).
+//! of NAME, before anything else, whether or not that one merges).
 
 use std::{
     fs::{self, File, OpenOptions},
-    io::{self, Write},
+    io::{self, BufWriter},
     os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
 };
@@ -48,6 +48,11 @@ pub fn repack_file(path: &Path) -> io::Result<Repacked> {
     if !meta.file_type().is_file() {
         return left("not a regular file");
     }
+    // A killed merge's leftover goes first, whatever this merge then does.
+    let tmp = temp_path(path);
+    if fs::symlink_metadata(&tmp).is_ok_and(|m| m.file_type().is_file()) {
+        fs::remove_file(&tmp)?;
+    }
     if meta.nlink() > 1 {
         return left("it has other hard links");
     }
@@ -66,20 +71,28 @@ pub fn repack_file(path: &Path) -> io::Result<Repacked> {
     if chunks < 2 {
         return left("one chunk already");
     }
-    let (bytes, after, problems) = rewrite(&rec, Vec::new(), VERSION, Boundaries::Merge)?;
-    if !problems.is_empty() {
-        return left("damaged");
-    }
-    if after >= meta.len() {
-        return left("merging would not make it smaller");
-    }
-    let tmp = temp_path(path);
-    match fs::remove_file(&tmp) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let written = write_beside(&tmp, &bytes, &meta).and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = written {
+    // Streamed to the new file (never the whole recording in memory); from here on, the
+    // temp file is ours to remove whatever happens.
+    let file = create_beside(&tmp, &meta)?;
+    let merged = rewrite(&rec, BufWriter::new(file), VERSION, Boundaries::Merge).and_then(
+        |(out, after, problems)| {
+            let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+            file.sync_all()?;
+            Ok((after, problems))
+        },
+    );
+    let after = match merged {
+        Ok((after, problems)) if problems.is_empty() && after < meta.len() => after,
+        other => {
+            let _ = fs::remove_file(&tmp);
+            return match other {
+                Ok((_, problems)) if !problems.is_empty() => left("damaged"),
+                Ok(_) => left("merging would not make it smaller"),
+                Err(e) => Err(e),
+            };
+        }
+    };
+    if let Err(e) = fs::rename(&tmp, path) {
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
@@ -95,20 +108,26 @@ pub fn repack_file(path: &Path) -> io::Result<Repacked> {
     })
 }
 
-/// Writes `bytes` to the new file `tmp` with the original's mode and owner, synced.
-fn write_beside(tmp: &Path, bytes: &[u8], original: &fs::Metadata) -> io::Result<()> {
-    let mut f = OpenOptions::new()
+/// Creates the new file `tmp` with the original's mode and owner.
+fn create_beside(tmp: &Path, original: &fs::Metadata) -> io::Result<File> {
+    let f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(original.mode() & 0o7777)
         .open(tmp)?;
-    // The mode asked for at creation is cut by the umask; the original's is kept exactly.
-    f.set_permissions(fs::Permissions::from_mode(original.mode() & 0o7777))?;
-    if (original.uid(), original.gid()) != current_owner(&f)? {
-        std::os::unix::fs::fchown(&f, Some(original.uid()), Some(original.gid()))?;
+    let owned = (|| {
+        // The mode asked for at creation is cut by the umask; the original's is kept exactly.
+        f.set_permissions(fs::Permissions::from_mode(original.mode() & 0o7777))?;
+        if (original.uid(), original.gid()) != current_owner(&f)? {
+            std::os::unix::fs::fchown(&f, Some(original.uid()), Some(original.gid()))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = owned {
+        let _ = fs::remove_file(tmp);
+        return Err(e);
     }
-    f.write_all(bytes)?;
-    f.sync_all()
+    Ok(f)
 }
 
 fn current_owner(f: &File) -> io::Result<(u32, u32)> {

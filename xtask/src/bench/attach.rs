@@ -32,14 +32,13 @@ pub struct Attach {
     pub maps_bytes: Option<(u64, u64)>,
 }
 
-/// The first and the last number of the doctor's `kernel memory: maps` detail: "B bytes (...)
-/// in N maps; P bytes of them in per-CPU maps, ...".
+/// The two figures of the doctor's `kernel memory: maps` detail: "B bytes (...) in N maps; P
+/// bytes of them in per-CPU maps, ..."; `None` for any other text (an error).
 fn maps_bytes(detail: &str) -> Option<(u64, u64)> {
-    let n: Vec<u64> = detail
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    Some((*n.first()?, *n.last()?))
+    let (all, rest) = detail.split_once(" bytes (")?;
+    let (_, rest) = rest.split_once("; ")?;
+    let (per_cpu, _) = rest.split_once(" bytes of them in per-CPU maps")?;
+    Some((all.parse().ok()?, per_cpu.parse().ok()?))
 }
 
 /// Exec to the ready line of one `trace` run, which then ends by itself.
@@ -92,7 +91,7 @@ pub fn run(runs: u32) -> anyhow::Result<Attach> {
         .collect();
     let maps_bytes = items
         .iter()
-        .find(|i| text(i, "item") == "kernel memory: maps")
+        .find(|i| text(i, "item") == "kernel memory: maps" && text(i, "status") == "ok")
         .and_then(|i| maps_bytes(&text(i, "detail")));
     let probes = items
         .iter()
@@ -168,8 +167,9 @@ pub fn section(s: &mut String, a: Result<&Attach, &String>) {
         let _ = writeln!(
             s,
             "Kernel memory the loaded maps hold (`rdmatrace doctor`, its `kernel memory: maps` \
-             item: the maps' memlock, as `bpftool map show` counts it): {:.1} MiB, of which {} \
-             bytes in per-CPU maps (the part that grows with the number of possible CPUs).\n",
+             item: the maps' memlock as this kernel accounts it, the figure `bpftool map show` \
+             prints): {:.1} MiB, of which {} bytes in per-CPU maps (values kept once per \
+             possible CPU).\n",
             all as f64 / 1048576.0,
             per_cpu
         );
@@ -189,6 +189,9 @@ mod tests {
             ),
             Some((22164080, 336))
         );
-        assert_eq!(maps_bytes("cannot read /proc/self/fdinfo"), None);
+        assert_eq!(
+            maps_bytes("cannot read /proc/self/fdinfo: No such file or directory (os error 2)"),
+            None
+        );
     }
 }
