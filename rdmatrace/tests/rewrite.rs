@@ -180,6 +180,11 @@ fn repack_leaves_damaged_linked_and_old_recordings_as_they_are() {
     std::fs::write(&path, &damaged).expect("write");
     assert_eq!(left(&path), "damaged");
     assert_eq!(std::fs::read(&path).expect("read"), damaged);
+    // A file cut inside its last chunk (a recorder killed mid-write) is not rewritten either.
+    let cut = &bytes[..bytes.len() - 5];
+    std::fs::write(&path, cut).expect("write");
+    assert_eq!(left(&path), "damaged");
+    assert_eq!(std::fs::read(&path).expect("read"), cut);
     // A symbolic link, and a file with another name.
     std::fs::write(&path, &bytes).expect("write");
     let link = dir.path().join("link.rdmt");
