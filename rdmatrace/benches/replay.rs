@@ -10,7 +10,12 @@ use rdmatrace::{
     correlate::{filter::Filter, Correlator},
     decode::decode_into,
     event::Record,
-    recording::{reader::Recording, Entry},
+    recording::{
+        reader::Recording,
+        repack::storage_level,
+        writer::{rewrite, Packing},
+        Entry,
+    },
     replay,
     sinks::Each,
 };
@@ -39,9 +44,27 @@ fn replay(c: &mut Criterion) {
         v2.len() as f64 / events as f64
     );
     // Entries already decompressed: decode + correlate alone.
+    let len = bytes.len() as u64;
     let rec = match Recording::from_bytes(bytes) {
         Ok(r) => r,
         Err(e) => panic!("the synthetic recording does not open: {e}"),
+    };
+    // The same recording packed as `record` packs a finished one (merged zstd chunks).
+    let packing = Packing::Storage {
+        zstd_level: storage_level(len),
+    };
+    let packed = match rewrite(&rec, Vec::new(), rdmatrace::recording::VERSION, packing) {
+        Ok((packed, _, problems)) if problems.is_empty() => packed,
+        other => panic!("the synthetic recording does not pack: {:?}", other.err()),
+    };
+    println!(
+        "  packed for storage: {} bytes, {:.2} bytes/event",
+        packed.len(),
+        packed.len() as f64 / events as f64
+    );
+    let packed = match Recording::from_bytes(packed) {
+        Ok(r) => r,
+        Err(e) => panic!("the packed recording does not open: {e}"),
     };
     let mut raw: Vec<Vec<u8>> = Vec::with_capacity(events as usize);
     let problems = rec.replay(|e| {
@@ -60,6 +83,19 @@ fn replay(c: &mut Criterion) {
             let mut n = 0u64;
             let (_, seen) = replay::recording(
                 &rec,
+                Filter::default(),
+                Each(|r: &Record| n += u64::from(r.pid != u32::MAX)),
+            );
+            assert_eq!(seen.undecodable, 0);
+            assert_eq!(n, events);
+            n
+        })
+    });
+    group.bench_function("file_packed", |b| {
+        b.iter(|| {
+            let mut n = 0u64;
+            let (_, seen) = replay::recording(
+                &packed,
                 Filter::default(),
                 Each(|r: &Record| n += u64::from(r.pid != u32::MAX)),
             );

@@ -1,5 +1,7 @@
-//! `cargo run -p rdmatrace --example rewrite -- IN OUT [VERSION]`: writes recording IN again as
-//! OUT in format VERSION (default: the current one) and prints both sizes per record. Used to
+//! `cargo run -p rdmatrace --example rewrite -- [--storage] IN OUT [VERSION]`: writes recording
+//! IN again as OUT in format VERSION (default: the current one) and prints both sizes per record.
+//! With `--storage`, OUT is packed as `record` packs a finished recording (merged zstd chunks,
+//! format 7 on); without, chunks stay where they were, LZ4. Used to
 //! measure the format on real recordings and to make fuzz seeds; the round trip is tested in
 //! `tests/rewrite.rs`.
 
@@ -7,12 +9,17 @@ use std::process::ExitCode;
 
 use rdmatrace::recording::{
     reader::Recording,
-    writer::{rewrite, Boundaries},
+    repack::storage_level,
+    writer::{rewrite, Packing},
     Entry, VERSION,
 };
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let storage = args.first().is_some_and(|a| a == "--storage");
+    if storage {
+        args.remove(0);
+    }
     let (input, output, version) = match &args[..] {
         [i, o] => (i, o, VERSION),
         [i, o, v] => match v.parse() {
@@ -21,7 +28,7 @@ fn main() -> ExitCode {
         },
         _ => return usage(),
     };
-    match run(input, output, version) {
+    match run(input, output, version, storage) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rewrite: {e:#}");
@@ -31,18 +38,25 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: rewrite IN OUT [VERSION]");
+    eprintln!("usage: rewrite [--storage] IN OUT [VERSION]");
     ExitCode::from(2)
 }
 
-fn run(input: &str, output: &str, version: u32) -> anyhow::Result<()> {
+fn run(input: &str, output: &str, version: u32, storage: bool) -> anyhow::Result<()> {
     let data = std::fs::read(input)?;
     let in_len = data.len();
     let rec = Recording::from_bytes(data)?;
     let mut records = 0u64;
     rec.replay(|e| records += u64::from(!matches!(e, Entry::Symbol { .. })));
     let file = std::fs::File::create(output)?;
-    let (_, bytes, problems) = rewrite(&rec, file, version, Boundaries::Keep)?;
+    let packing = if storage {
+        Packing::Storage {
+            zstd_level: storage_level(in_len as u64),
+        }
+    } else {
+        Packing::Keep
+    };
+    let (_, bytes, problems) = rewrite(&rec, file, version, packing)?;
     for p in &problems {
         eprintln!("rewrite: {input}: {p}");
     }

@@ -6,7 +6,9 @@ use crate::{
     correlate::{filter::Filter, Correlator},
     decode::decode,
     event::Record,
-    recording::{reader::Recording, writer::RecordingWriter, Header, CHUNK_MAGIC, FLAG_LZ4},
+    recording::{
+        reader::Recording, writer::RecordingWriter, Header, CHUNK_MAGIC, FLAG_LZ4, FLAG_ZSTD,
+    },
     sinks::{jsonl::to_json, text::line, Each},
 };
 
@@ -35,9 +37,10 @@ pub fn recording(data: &[u8]) -> usize {
 }
 
 /// `data` as the stored bytes of one chunk, inside a valid file and chunk header with the right
-/// CRC, so mutations reach the decompressor and the entry parser behind the checksum. The
-/// first byte picks raw (even) or LZ4 (odd) storage; for LZ4 the next two bytes are the
-/// claimed raw length. Returns how many records replayed.
+/// CRC, so mutations reach the decompressors and the entry parser behind the checksum. The
+/// first byte picks the storage: raw (bit 0 clear), LZ4 (bit 0 set), zstd (bits 0 and 1 set);
+/// for LZ4 and zstd the next two bytes are the claimed raw length. Returns how many records
+/// replayed.
 pub fn chunk(data: &[u8]) -> usize {
     let Some((&mode, rest)) = data.split_first() else {
         return 0;
@@ -46,7 +49,8 @@ pub fn chunk(data: &[u8]) -> usize {
         let Some((len, stored)) = rest.split_first_chunk::<2>() else {
             return 0;
         };
-        (FLAG_LZ4, u32::from(u16::from_le_bytes(*len)), stored)
+        let flags = if mode & 3 == 3 { FLAG_ZSTD } else { FLAG_LZ4 };
+        (flags, u32::from(u16::from_le_bytes(*len)), stored)
     } else {
         (0, rest.len() as u32, rest)
     };

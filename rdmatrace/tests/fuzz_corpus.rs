@@ -69,3 +69,16 @@ fn a_valid_chunk_wrapped_by_the_harness_replays_its_records() {
     input[1] = 9;
     assert_eq!(fuzzing::chunk(&input), 0);
 }
+
+#[test]
+fn the_zstd_seed_reaches_the_entry_parser() {
+    // fuzz/corpus/chunk/zstd-lab-deadpeer: the chunk of tests/fixtures/lab-deadpeer.rdmt packed
+    // for storage (`examples/rewrite --storage`), behind mode byte 3 (zstd) and its raw length.
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let seed = std::fs::read(format!("{root}/fuzz/corpus/chunk/zstd-lab-deadpeer")).expect("seed");
+    let fixture =
+        std::fs::read(format!("{root}/tests/fixtures/lab-deadpeer.rdmt")).expect("fixture");
+    let n = fuzzing::chunk(&seed);
+    assert!(n > 0);
+    assert_eq!(n, fuzzing::recording(&fixture));
+}

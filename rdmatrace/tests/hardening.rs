@@ -286,7 +286,7 @@ fn root_a_traced_command_that_crashes_is_recorded_with_its_signal() {
 
 #[test]
 #[ignore = "needs root: records with eBPF; `cargo xtask test` runs it as root"]
-fn root_a_clean_stop_merges_the_seconds_chunks_into_one() {
+fn root_a_clean_stop_packs_the_seconds_chunks_into_one_zstd_chunk() {
     use std::os::unix::fs::PermissionsExt;
     let dir = test_dir("repack");
     let file = dir.path().join("quiet.rdmt");
@@ -305,8 +305,8 @@ fn root_a_clean_stop_merges_the_seconds_chunks_into_one() {
     let size = std::fs::metadata(&file).expect("stat").len();
     assert!(
         out.stderr
-            .contains(&format!("({size} bytes, chunks merged from ")),
-        "the last line says the chunks were merged, with the final size: {}",
+            .contains(&format!("({size} bytes, packed for storage from ")),
+        "the last line says the recording was packed, with the final size: {}",
         out.stderr
     );
     let rec = rdmatrace::recording::reader::Recording::open(&file).expect("opens");
@@ -315,6 +315,13 @@ fn root_a_clean_stop_merges_the_seconds_chunks_into_one() {
         .replay_chunks(|e| chunks += usize::from(e.is_none()))
         .is_empty());
     assert_eq!(chunks, 1);
+    let bytes = std::fs::read(&file).expect("read");
+    let at = rec.body_offset();
+    assert_eq!(
+        bytes[at + 4..at + 8],
+        rdmatrace::recording::FLAG_ZSTD.to_le_bytes(),
+        "the chunk is a zstd frame"
+    );
     let mode = std::fs::metadata(&file).expect("stat").permissions().mode();
     assert_eq!(mode & 0o7777, 0o600, "still private");
     assert!(!dir.path().join("quiet.rdmt.repack-tmp").exists());

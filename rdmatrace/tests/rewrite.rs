@@ -6,10 +6,11 @@ use rdmatrace::{
     correlate::filter::Filter,
     event::Record,
     recording::{
+        reader::ChunkProblem,
         reader::Recording,
         repack::{repack_file, temp_path, Repacked},
-        writer::{rewrite, Boundaries},
-        VERSION,
+        writer::{rewrite, Packing, RecordingWriter},
+        CHUNK_HEADER_LEN, FLAG_LZ4, FLAG_ZSTD, VERSION,
     },
     replay,
     sinks::{jsonl::to_json, text::line, Each},
@@ -53,7 +54,7 @@ fn fixtures_rewritten_in_the_current_version_replay_identically() {
         );
         let records = printed(old.clone());
         let (new, size, problems) =
-            rewrite(&rec, Vec::new(), VERSION, Boundaries::Keep).expect("rewrite");
+            rewrite(&rec, Vec::new(), VERSION, Packing::Keep).expect("rewrite");
         assert!(problems.is_empty(), "{name}: {problems:?}");
         assert_eq!(size, new.len() as u64);
         let again = Recording::from_bytes(new.clone()).expect("rewritten opens");
@@ -61,7 +62,7 @@ fn fixtures_rewritten_in_the_current_version_replay_identically() {
         assert_eq!(again.header, rec.header, "{name}");
         assert_eq!(printed(new.clone()), records, "{name}");
         // Same events written the old way, chunked the same: the format's own gain.
-        let (v2, ..) = rewrite(&rec, Vec::new(), 2, Boundaries::Keep).expect("rewrite v2");
+        let (v2, ..) = rewrite(&rec, Vec::new(), 2, Packing::Keep).expect("rewrite v2");
         let n = records.0.len() as f64 / 2.0;
         eprintln!(
             "{name}: {n} records; committed v{} {} B ({:.1} B/record), rewritten v2 {} B ({:.1}), v3 {} B ({:.1})",
@@ -86,7 +87,7 @@ fn fixtures_rewritten_in_the_current_version_replay_identically() {
 fn a_rewritten_recording_keeps_crash_safety() {
     // Cut anywhere, a version-3 file replays a prefix of the records and never panics.
     let rec = Recording::from_bytes(fixture("lab-loss.rdmt")).expect("opens");
-    let (new, ..) = rewrite(&rec, Vec::new(), VERSION, Boundaries::Keep).expect("rewrite");
+    let (new, ..) = rewrite(&rec, Vec::new(), VERSION, Packing::Keep).expect("rewrite");
     let (all, _) = printed(new.clone());
     for cut in (0..new.len()).step_by(7) {
         let Ok(rec) = Recording::from_bytes(new[..cut].to_vec()) else {
@@ -108,7 +109,7 @@ fn a_rewritten_recording_keeps_crash_safety() {
 /// The fixture rewritten in today's format with its chunks as recorded, in a file of its own.
 fn current_version_file(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, Vec<u8>) {
     let rec = Recording::from_bytes(fixture(name)).expect("opens");
-    let (bytes, ..) = rewrite(&rec, Vec::new(), VERSION, Boundaries::Keep).expect("rewrite");
+    let (bytes, ..) = rewrite(&rec, Vec::new(), VERSION, Packing::Keep).expect("rewrite");
     let path = dir.join(name);
     std::fs::write(&path, &bytes).expect("write");
     (path, bytes)
@@ -121,6 +122,19 @@ fn chunks(bytes: &[u8]) -> usize {
         .replay_chunks(|e| n += usize::from(e.is_none()))
         .is_empty());
     n
+}
+
+/// Each chunk's flags, in file order, from the chunk headers.
+fn flags_of_chunks(bytes: &[u8]) -> Vec<u32> {
+    let rec = Recording::from_bytes(bytes.to_vec()).expect("opens");
+    let mut at = rec.body_offset();
+    let mut flags = Vec::new();
+    while at < bytes.len() {
+        let word = |i: usize| u32::from_le_bytes(bytes[at + i..at + i + 4].try_into().unwrap());
+        flags.push(word(4));
+        at += CHUNK_HEADER_LEN + word(12) as usize;
+    }
+    flags
 }
 
 #[test]
@@ -145,6 +159,7 @@ fn a_repacked_recording_replays_identically_in_fewer_bytes_and_chunks() {
         assert!(after.len() < before.len(), "{name}");
         assert!(chunks(&before) > 1, "{name}");
         assert_eq!(chunks(&after), 1, "{name}");
+        assert_eq!(flags_of_chunks(&after), vec![FLAG_ZSTD], "{name}");
         assert_eq!(printed(after.clone()), printed(before.clone()), "{name}");
         let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
         assert_eq!(mode & 0o7777, 0o640, "{name}");
@@ -155,11 +170,11 @@ fn a_repacked_recording_replays_identically_in_fewer_bytes_and_chunks() {
             chunks(&before),
             after.len()
         );
-        // Once is enough; a leftover temp file goes even when nothing is merged.
+        // Once is enough; a leftover temp file goes even when nothing is packed.
         std::fs::write(temp_path(&path), b"stale").expect("stale temp");
         assert_eq!(
             repack_file(&path).expect("again"),
-            Repacked::Left("one chunk already".into())
+            Repacked::Left("packed already".into())
         );
         assert!(!temp_path(&path).exists(), "{name}");
     }
@@ -200,4 +215,75 @@ fn repack_leaves_damaged_linked_and_old_recordings_as_they_are() {
     std::fs::write(&old, fixture("lab-loss.rdmt")).expect("write");
     assert_eq!(left(&old), "written in another format version");
     assert!(matches!(repack_file(&path), Ok(Repacked::Done { .. })));
+}
+
+#[test]
+fn a_recording_of_one_lz4_chunk_is_packed_with_zstd_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rec = Recording::from_bytes(fixture("lab-verbs.rdmt")).expect("opens");
+    let mut w = RecordingWriter::new(Vec::new(), &rec.header).expect("writer");
+    assert!(rec.replay(|e| w.put(e).expect("put")).is_empty());
+    let (lz4, _) = w.finish().expect("finish");
+    assert_eq!(flags_of_chunks(&lz4), vec![FLAG_LZ4]);
+    let path = dir.path().join("one.rdmt");
+    std::fs::write(&path, &lz4).expect("write");
+    let done = repack_file(&path).expect("repack");
+    let packed = std::fs::read(&path).expect("read");
+    assert!(matches!(done, Repacked::Done { .. }), "{done:?}");
+    assert_eq!(flags_of_chunks(&packed), vec![FLAG_ZSTD]);
+    assert!(
+        packed.len() * 10 < lz4.len() * 9,
+        "zstd saves at least a tenth: {} -> {}",
+        lz4.len(),
+        packed.len()
+    );
+    assert_eq!(printed(packed), printed(lz4));
+}
+
+#[test]
+fn a_damaged_zstd_chunk_is_named_and_skipped_and_the_others_replay() {
+    let rec = Recording::from_bytes(fixture("lab-loss.rdmt")).expect("opens");
+    // Two zstd chunks: the recording's entries written twice, a chunk each.
+    let mut w = RecordingWriter::new(Vec::new(), &rec.header).expect("writer");
+    w.pack_for_storage(3).expect("zstd");
+    for _ in 0..2 {
+        assert!(rec.replay(|e| w.put(e).expect("put")).is_empty());
+        w.flush_chunk().expect("flush");
+    }
+    let (good, _) = w.finish().expect("finish");
+    assert_eq!(flags_of_chunks(&good), vec![FLAG_ZSTD, FLAG_ZSTD]);
+    let first = Recording::from_bytes(good.clone())
+        .expect("opens")
+        .body_offset();
+    let problems = |bytes: Vec<u8>| {
+        let rec = Recording::from_bytes(bytes).expect("opens");
+        let mut events = 0;
+        let p = rec
+            .replay(|e| events += usize::from(matches!(e, rdmatrace::recording::Entry::Event(_))));
+        (p, events)
+    };
+    let (none, all) = problems(good.clone());
+    assert!(none.is_empty() && all > 0);
+    // (what, byte of the first chunk, flipped bits): the frame's descriptor, the flags (2 ->
+    // 3), the raw length the header claims.
+    let cases = [
+        ("frame", CHUNK_HEADER_LEN + 4, 0xff),
+        ("flags", 4, 1),
+        ("raw_len", 8, 1),
+    ];
+    for (what, at, bits) in cases {
+        let mut b = good.clone();
+        b[first + at] ^= bits;
+        // The CRC covers the stored bytes: recomputed, so only the frame itself is wrong.
+        let stored = u32::from_le_bytes(b[first + 12..first + 16].try_into().unwrap()) as usize;
+        let crc = crc32fast::hash(&b[first + CHUNK_HEADER_LEN..first + CHUNK_HEADER_LEN + stored]);
+        b[first + 20..first + 24].copy_from_slice(&crc.to_le_bytes());
+        let (p, events) = problems(b);
+        assert_eq!(events * 2, all, "{what}: the second chunk replays whole");
+        assert!(
+            matches!(&p[..], [ChunkProblem::Decompress { offset, .. }] if *offset == first),
+            "{what}: {p:?}"
+        );
+        eprintln!("{what}: {}", p[0]);
+    }
 }

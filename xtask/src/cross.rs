@@ -6,9 +6,9 @@
 //! build script's target arch); `rdmatrace-ebpf/src/regs.rs` holds the per-architecture register
 //! access. What is missing is installed first, idempotently: the target's standard library
 //! (`rustup target add`, or, when rustup cannot fetch it, std built from nightly's rust-src) and
-//! the cross linker (Debian's gcc-aarch64-linux-gnu, libc6-dev-arm64-cross). No dependency of
-//! `rdmatrace` compiles C for the target today; `CC_`/`AR_` for the target point at the cross
-//! tools anyway, so a future `-sys` crate does not pick the host's gcc.
+//! the cross linker (Debian's gcc-aarch64-linux-gnu, libc6-dev-arm64-cross). `zstd-sys` compiles
+//! C for the target: `CC_`/`AR_` for the target point at the cross tools, so it does not pick
+//! the host's gcc.
 //!
 //! The build goes to `target/cross` (`target/cross/build-std` on the fallback), so it never
 //! invalidates the host builds in `target/debug` and `target/release`; the linker is set on the

@@ -127,11 +127,13 @@ async fn run_async(cfg: &RecordConfig) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot sync {}", cfg.output.display()))?;
     drop(file);
     let size = match repack_file(&cfg.output) {
-        Ok(Repacked::Done { after, .. }) => format!("{after} bytes, chunks merged from {bytes}"),
+        Ok(Repacked::Done { after, .. }) => {
+            format!("{after} bytes, packed for storage from {bytes}")
+        }
         Ok(Repacked::Left(_)) => format!("{bytes} bytes"),
         Err(e) => {
             eprintln!(
-                "rdmatrace: could not merge the chunks of {}: {e} (the recording is complete as written)",
+                "rdmatrace: could not pack {} for storage: {e} (the recording is complete as written)",
                 cfg.output.display()
             );
             format!("{bytes} bytes")

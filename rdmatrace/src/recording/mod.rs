@@ -1,4 +1,4 @@
-//! The recording file format (`.rdmt`), version 6 (versions 1 to 5 still read). Written by
+//! The recording file format (`.rdmt`), version 7 (versions 1 to 6 still read). Written by
 //! `rdmatrace record`, read by `trace --input`, `report`, ... without privileges.
 //!
 //! ```text
@@ -9,7 +9,8 @@
 //!           compressed with a dictionary: [`HEADER_DICT`] in versions 3 to 5,
 //!           [`HEADER_DICT_6`] from version 6
 //! chunk  := "CHNK" | flags u32 | raw_len u32 | stored_len u32 | entries u32 | crc32 u32
-//!           | stored_len bytes (LZ4 block of raw_len bytes when flags & 1, else raw)
+//!           | stored_len bytes (LZ4 block of raw_len bytes when flags & 1, a zstd frame of
+//!           raw_len bytes when flags & 2 (version 7), else raw)
 //! raw    := entry*;  entry := tag u8 | len u16 LE | len bytes
 //! ```
 //! Entry tags: [`TAG_EVENT`] (a kernel ring-buffer record, native endian, exactly as the probe
@@ -49,6 +50,12 @@
 //! Version 6 changes only the header's dictionary ([`HEADER_DICT_6`]: a later probe report, so
 //! a typical header takes ~300 bytes instead of ~650); its chunks are version 5's.
 //!
+//! Version 7 adds the chunk flag [`FLAG_ZSTD`]: the chunk's payload is one zstd frame (whose
+//! content is the same entries). The recorder still writes LZ4 chunks as it goes (cheap, one a
+//! second); a finished recording is packed for storage ([`repack`]): its chunks merged and
+//! compressed with zstd. Flags other than 0, 1 and 2 make a version 7 chunk damaged; before
+//! version 7 only bit 1 was read.
+//!
 //! Every chunk starts from a clean state (previous `ts_ns` 0, empty task table), so chunks
 //! stay independently decodable.
 //!
@@ -64,12 +71,14 @@ pub mod writer;
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &[u8; 8] = b"RDMATRC\0";
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// Oldest version this reader still reads (1: no symbol entries).
 pub const MIN_VERSION: u32 = 1;
 pub const CHUNK_MAGIC: &[u8; 4] = b"CHNK";
 pub const CHUNK_HEADER_LEN: usize = 24;
 pub const FLAG_LZ4: u32 = 1;
+/// Version 7: the chunk's payload is a zstd frame.
+pub const FLAG_ZSTD: u32 = 2;
 /// Largest raw chunk payload the reader accepts (a writer flushes far below it).
 pub const MAX_CHUNK: u32 = 16 << 20;
 

@@ -233,11 +233,11 @@ impl Recording {
             Step::End => {}
         };
         if framer::worth_a_thread(&self.data, self.body)
-            && framer::frame_ahead(&self.data, self.body, &mut each)?
+            && framer::frame_ahead(&self.data, self.body, version, &mut each)?
         {
             return Ok(());
         }
-        let mut framer = Framer::new(&self.data, self.body);
+        let mut framer = Framer::new(&self.data, self.body, version);
         let mut buf = Vec::new();
         loop {
             buf.clear();

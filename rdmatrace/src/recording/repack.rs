@@ -1,10 +1,11 @@
-//! Repacking a finished recording. The recorder writes a chunk every second, so a kill -9 loses
-//! at most a second of events; a long, quiet recording is then many small chunks, each paying
-//! its own chunk header, task table and cold LZ4 start. On a clean stop `record` writes the same
-//! entries again with the chunks merged up to the writer's size into a file beside the
-//! recording, and renames it over the original: whenever it is interrupted, one complete
-//! recording is left under the name (a leftover `NAME.repack-tmp` is removed by the next repack
-//! of NAME, before anything else, whether or not that one merges).
+//! Packing a finished recording for storage. The recorder writes an LZ4 chunk every second, so a
+//! kill -9 loses at most a second of events; a long, quiet recording is then many small chunks,
+//! each paying its own chunk header, task table and cold compressor start, and LZ4 is built for
+//! speed, not size. On a clean stop `record` writes the same entries again with the chunks
+//! merged (up to 1 MiB) and compressed with zstd (format 7, [`super::FLAG_ZSTD`]) into a file
+//! beside the recording, and renames it over the original: whenever it is interrupted, one
+//! complete recording is left under the name (a leftover `NAME.repack-tmp` is removed by the
+//! next repack of NAME, before anything else, whether or not that one packs).
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -15,8 +16,8 @@ use std::{
 
 use super::{
     reader::Recording,
-    writer::{rewrite, Boundaries},
-    CHUNK_HEADER_LEN, CHUNK_MAGIC, VERSION,
+    writer::{rewrite, Packing},
+    CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_ZSTD, VERSION,
 };
 
 /// Larger recordings are left as written (their chunks are mostly full; the rewrite would
@@ -39,9 +40,19 @@ pub fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Merges the chunks of the recording at `path` (a regular file of this format version, with
-/// no other hard link, at most [`REPACK_MAX`] bytes); keeps its mode and owner. A damaged
-/// recording, or one the merge would not make smaller, is left alone.
+/// The zstd level a recording of `len` bytes is packed at: the strongest for the usual small
+/// ones, faster ones as they grow, so that packing 64 MiB stays within seconds.
+pub fn storage_level(len: u64) -> i32 {
+    match len {
+        0..=0x10_0000 => 19,
+        0x10_0001..=0x100_0000 => 9,
+        _ => 3,
+    }
+}
+
+/// Packs the recording at `path` for storage (a regular file of this format version, with no
+/// other hard link, at most [`REPACK_MAX`] bytes); keeps its mode and owner. A damaged
+/// recording, one already packed, or one the packing would not make smaller, is left alone.
 pub fn repack_file(path: &Path) -> io::Result<Repacked> {
     let left = |why: &str| Ok(Repacked::Left(why.to_string()));
     let meta = fs::symlink_metadata(path)?;
@@ -67,26 +78,29 @@ pub fn repack_file(path: &Path) -> io::Result<Repacked> {
     // (and finds any damage inside a chunk).
     match chunks_laid_out(path, rec.body_offset() as u64, meta.len())? {
         None => return left("damaged"),
-        Some(n) if n < 2 => return left("one chunk already"),
+        Some(Chunks { count: 0, .. }) => return left("no chunks"),
+        Some(Chunks { zstd, count }) if zstd == count => return left("packed already"),
         Some(_) => {}
     }
     // Streamed to the new file (never the whole recording in memory); from here on, the
     // temp file is ours to remove whatever happens.
     let file = create_beside(&tmp, &meta)?;
-    let merged = rewrite(&rec, BufWriter::new(file), VERSION, Boundaries::Merge).and_then(
-        |(out, after, problems)| {
+    let packing = Packing::Storage {
+        zstd_level: storage_level(meta.len()),
+    };
+    let merged =
+        rewrite(&rec, BufWriter::new(file), VERSION, packing).and_then(|(out, after, problems)| {
             let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
             file.sync_all()?;
             Ok((after, problems))
-        },
-    );
+        });
     let after = match merged {
         Ok((after, problems)) if problems.is_empty() && after < meta.len() => after,
         other => {
             let _ = fs::remove_file(&tmp);
             return match other {
                 Ok((_, problems)) if !problems.is_empty() => left("damaged"),
-                Ok(_) => left("merging would not make it smaller"),
+                Ok(_) => left("packing would not make it smaller"),
                 Err(e) => Err(e),
             };
         }
@@ -107,12 +121,19 @@ pub fn repack_file(path: &Path) -> io::Result<Repacked> {
     })
 }
 
-/// How many chunks follow the header at `body` in the file at `path` of `len` bytes, walking
-/// their headers (magic and stored length) without reading their payloads; `None` when the
-/// walk does not end exactly at the end of the file.
-fn chunks_laid_out(path: &Path, body: u64, len: u64) -> io::Result<Option<u64>> {
+/// The chunks of a recording, as their headers say.
+struct Chunks {
+    count: u64,
+    /// Of them, compressed with zstd.
+    zstd: u64,
+}
+
+/// The chunks that follow the header at `body` in the file at `path` of `len` bytes, walking
+/// their headers (magic, flags and stored length) without reading their payloads; `None` when
+/// the walk does not end exactly at the end of the file.
+fn chunks_laid_out(path: &Path, body: u64, len: u64) -> io::Result<Option<Chunks>> {
     let mut f = File::open(path)?;
-    let (mut at, mut n) = (body, 0u64);
+    let (mut at, mut n, mut zstd) = (body, 0u64, 0u64);
     let mut head = [0u8; CHUNK_HEADER_LEN];
     while at < len {
         if len - at < CHUNK_HEADER_LEN as u64 {
@@ -123,11 +144,13 @@ fn chunks_laid_out(path: &Path, body: u64, len: u64) -> io::Result<Option<u64>> 
         if &head[..4] != CHUNK_MAGIC {
             return Ok(None);
         }
+        let flags = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
         let stored = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
         at += CHUNK_HEADER_LEN as u64 + u64::from(stored);
         n += 1;
+        zstd += u64::from(flags == FLAG_ZSTD);
     }
-    Ok((at == len).then_some(n))
+    Ok((at == len).then_some(Chunks { count: n, zstd }))
 }
 
 /// Creates the new file `tmp` with the original's mode and owner.

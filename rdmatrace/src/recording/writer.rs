@@ -9,12 +9,15 @@ use std::{
 
 use super::{
     compact::{Encoder, Order},
-    Header, CHUNK_MAGIC, FLAG_LZ4, MAGIC, MIN_VERSION, TAG_CGROUP, TAG_ENV, TAG_EVENT,
+    Header, CHUNK_MAGIC, FLAG_LZ4, FLAG_ZSTD, MAGIC, MIN_VERSION, TAG_CGROUP, TAG_ENV, TAG_EVENT,
     TAG_EVENT_COMPACT, TAG_LOST, TAG_LOST_CPU, TAG_SYMBOL, VERSION,
 };
 
 /// Flush a chunk once its raw payload reaches this size.
 const CHUNK_TARGET: usize = 256 << 10;
+/// The same for a recording packed for storage: larger chunks compress better, and a reader
+/// still holds only a few of them.
+const STORAGE_CHUNK_TARGET: usize = 1 << 20;
 
 pub struct RecordingWriter<W: Write> {
     out: W,
@@ -24,6 +27,10 @@ pub struct RecordingWriter<W: Write> {
     /// Version 3: the compact event state of the current chunk.
     compact: Encoder,
     scratch: Vec<u8>,
+    /// Chunks are flushed at this many raw bytes.
+    chunk_target: usize,
+    /// Packing for storage (version 7): chunks are zstd frames at this level, not LZ4.
+    zstd: Option<zstd::bulk::Compressor<'static>>,
     pub events: u64,
     pub lost: u64,
     pub bytes_written: u64,
@@ -93,10 +100,26 @@ impl<W: Write> RecordingWriter<W> {
             entries: 0,
             compact: Encoder::new(Order::from_header(&header.endian)),
             scratch: Vec::with_capacity(256),
+            chunk_target: CHUNK_TARGET,
+            zstd: None,
             events: 0,
             lost: 0,
             bytes_written: pre.len() as u64,
         })
+    }
+
+    /// From now on, chunks are packed for storage (format 7 and later; an older format is left
+    /// as it is): up to 1 MiB of entries each, compressed with zstd at `level` (slower to write
+    /// than LZ4, about a third smaller on recordings; for a finished recording, see
+    /// [`super::repack`]).
+    pub fn pack_for_storage(&mut self, level: i32) -> io::Result<()> {
+        if self.version < 7 {
+            return Ok(());
+        }
+        self.zstd = Some(zstd::bulk::Compressor::new(level)?);
+        self.chunk_target = STORAGE_CHUNK_TARGET;
+        self.raw.reserve(STORAGE_CHUNK_TARGET + 512);
+        Ok(())
     }
 
     fn entry(&mut self, tag: u8, bytes: &[u8]) -> io::Result<()> {
@@ -106,7 +129,7 @@ impl<W: Write> RecordingWriter<W> {
         self.raw.extend_from_slice(&len.to_le_bytes());
         self.raw.extend_from_slice(bytes);
         self.entries += 1;
-        if self.raw.len() >= CHUNK_TARGET {
+        if self.raw.len() >= self.chunk_target {
             self.flush_chunk()?;
         }
         Ok(())
@@ -211,10 +234,13 @@ impl<W: Write> RecordingWriter<W> {
         if self.entries == 0 {
             return Ok(());
         }
-        let stored = lz4_flex::block::compress(&self.raw);
+        let (flags, stored) = match &mut self.zstd {
+            Some(z) => (FLAG_ZSTD, z.compress(&self.raw)?),
+            None => (FLAG_LZ4, lz4_flex::block::compress(&self.raw)),
+        };
         let mut chunk = Vec::with_capacity(24 + stored.len());
         chunk.extend_from_slice(CHUNK_MAGIC);
-        chunk.extend_from_slice(&FLAG_LZ4.to_le_bytes());
+        chunk.extend_from_slice(&flags.to_le_bytes());
         chunk.extend_from_slice(&(self.raw.len() as u32).to_le_bytes());
         chunk.extend_from_slice(&(stored.len() as u32).to_le_bytes());
         chunk.extend_from_slice(&self.entries.to_le_bytes());
@@ -237,13 +263,15 @@ impl<W: Write> RecordingWriter<W> {
     }
 }
 
-/// Where a rewrite puts the chunk boundaries.
+/// How a rewrite lays out and compresses its chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Boundaries {
-    /// Where `rec` has them (a chunk is cut earlier only where the writer's size limit says so).
+pub enum Packing {
+    /// Chunk boundaries where `rec` has them (a chunk is cut earlier only where the writer's
+    /// size limit says so), LZ4 as the recorder writes.
     Keep,
-    /// Chunks merged up to the writer's size limit ([`super::repack`]).
-    Merge,
+    /// Packed for storage ([`super::repack`]): chunks merged up to 1 MiB, zstd at this level
+    /// (from format 7; an older format merges up to 256 KiB, LZ4).
+    Storage { zstd_level: i32 },
 }
 
 /// Writes every intact entry of `rec` again, in format `version` (re-encoding an old file,
@@ -253,16 +281,19 @@ pub fn rewrite<W: Write>(
     rec: &super::reader::Recording,
     out: W,
     version: u32,
-    boundaries: Boundaries,
+    packing: Packing,
 ) -> io::Result<(W, u64, Vec<super::reader::ChunkProblem>)> {
     let mut w = RecordingWriter::with_version(out, &rec.header, version)?;
+    if let Packing::Storage { zstd_level } = packing {
+        w.pack_for_storage(zstd_level)?;
+    }
     let mut error = None;
     let problems = rec.replay_chunks(|e| {
         if error.is_some() {
             return;
         }
         let r = match e {
-            None if boundaries == Boundaries::Keep => w.flush_chunk(),
+            None if packing == Packing::Keep => w.flush_chunk(),
             None => Ok(()),
             Some(e) => w.put(e),
         };

@@ -52,6 +52,21 @@ pub fn figures(i: &Inputs<'_>) -> Figures {
             );
         }
     }
+    let r = i.replay;
+    put(
+        &mut f,
+        "size.synthetic",
+        r.bytes as f64 / r.events.max(1) as f64,
+        "B/event",
+    );
+    if let Some(b) = r.packed_bytes {
+        put(
+            &mut f,
+            "size.synthetic_packed",
+            b as f64 / r.events.max(1) as f64,
+            "B/event",
+        );
+    }
     for fx in i.fixtures {
         let (_, bytes, _) = fx.rewritten.unwrap_or(fx.committed);
         put(

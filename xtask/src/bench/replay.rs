@@ -15,6 +15,8 @@ pub struct Replay {
     pub bytes: u64,
     /// Bytes after the preamble and header (chunks only).
     pub stream_bytes: Option<u64>,
+    /// The same recording packed for storage (as `record` leaves a finished one): whole file.
+    pub packed_bytes: Option<u64>,
     /// (benchmark name, median ns per pass over the whole recording, low, high of its 95% CI).
     pub results: Vec<(&'static str, f64, f64, f64)>,
 }
@@ -82,8 +84,13 @@ pub fn run() -> anyhow::Result<Replay> {
         .lines()
         .find_map(|l| l.strip_prefix("synthetic recording stream: "))
         .and_then(|l| l.split(' ').next()?.parse().ok());
+    // "  packed for storage: P bytes, ..."
+    let packed_bytes = stdout
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("packed for storage: "))
+        .and_then(|l| l.split(' ').next()?.parse().ok());
     let mut results = Vec::new();
-    for name in ["file", "decode_correlate"] {
+    for name in ["file", "file_packed", "decode_correlate"] {
         let (m, lo, hi) = estimate(&cmd::repo_root().join("target/criterion"), name)?;
         results.push((name, m, lo, hi));
     }
@@ -91,6 +98,7 @@ pub fn run() -> anyhow::Result<Replay> {
         events,
         bytes,
         stream_bytes,
+        packed_bytes,
         results,
     })
 }

@@ -68,7 +68,8 @@ pub struct Inputs<'a> {
     pub load_after: &'a str,
 }
 
-/// One committed real recording: as committed, and re-encoded in the current format.
+/// One committed real recording: as committed, and re-encoded in the current format, packed
+/// as `record` packs a finished recording.
 pub struct FixtureSize {
     pub name: String,
     pub records: u64,
@@ -77,7 +78,8 @@ pub struct FixtureSize {
     pub rewritten: Option<(u32, u64, u64)>,
 }
 
-/// Every committed real recording, with its re-encoding by `examples/rewrite` (release build).
+/// Every committed real recording, with its re-encoding by `examples/rewrite --storage`
+/// (release build).
 pub fn fixture_sizes() -> anyhow::Result<Vec<FixtureSize>> {
     let dir = cmd::repo_root().join("tests/fixtures");
     let mut out = Vec::new();
@@ -100,6 +102,7 @@ pub fn fixture_sizes() -> anyhow::Result<Vec<FixtureSize>> {
         };
         let target = super::out_dir().join(format!("rewritten-{name}"));
         let rewritten = Command::new(&rewrite)
+            .arg("--storage")
             .arg(&f)
             .arg(&target)
             .output()
@@ -182,6 +185,10 @@ fn replay_section(s: &mut String, r: &Replay) {
     for (name, ns, lo, hi) in &r.results {
         let (what, target) = match *name {
             "file" => ("`Replay::run`: chunk CRC + LZ4 + decode + correlate", 10e6),
+            "file_packed" => (
+                "`Replay::run` of the same recording packed for storage (merged zstd chunks, as `record` leaves it)",
+                10e6,
+            ),
             _ => ("decode + correlate (entries already in memory)", 15e6),
         };
         let rate = r.events_per_sec(*ns);
@@ -247,6 +254,15 @@ fn size_section(s: &mut String, i: &Inputs<'_>) {
             .map_or_else(|| "?".into(), |b| per(b, r.events)),
         replay::COMMAND
     );
+    if let Some(b) = r.packed_bytes {
+        let _ = writeln!(
+            s,
+            "| synthetic mix packed for storage (replay bench) | current | {} | {b} | {} | not measured | `{}` |",
+            r.events,
+            per(b, r.events),
+            replay::COMMAND
+        );
+    }
     for st in i.storms {
         let _ = writeln!(
             s,
@@ -303,11 +319,14 @@ fn size_section(s: &mut String, i: &Inputs<'_>) {
             per(bytes - header.min(bytes), f.records),
             f.name
         );
-        // A file already in the current format re-encodes to itself: no row.
-        if let Some((v, bytes, header)) = f.rewritten.filter(|r| r.0 != f.committed.0) {
+        // A file the packing leaves as it is: no row.
+        if let Some((v, bytes, header)) = f
+            .rewritten
+            .filter(|r| (r.0, r.1) != (f.committed.0, f.committed.1))
+        {
             let _ = writeln!(
                 s,
-                "| tests/fixtures/{} re-encoded | v{v} | {} | {bytes} | {} | {} | `cargo run --release -p rdmatrace --example rewrite -- tests/fixtures/{} out.rdmt` |",
+                "| tests/fixtures/{} re-encoded, packed for storage | v{v} | {} | {bytes} | {} | {} | `cargo run --release -p rdmatrace --example rewrite -- --storage tests/fixtures/{} out.rdmt` |",
                 f.name,
                 f.records,
                 per(bytes, f.records),
@@ -324,9 +343,11 @@ fn size_section(s: &mut String, i: &Inputs<'_>) {
          the chunk's table of tasks — and the trailing zero bytes of its body are cut (their \
          count is stored, the reader rebuilds the exact record); the JSON header is LZ4 with a \
          frozen dictionary (a typical probe report). Chunks stay independently decodable. \
-         Small recordings are still dominated by fixed costs (header, 24-byte chunk headers, \
-         one chunk a second) and by what LZ4 cannot find in a small chunk; recordings with \
-         stacks (verbs calls, CPU samples) by the stacks and their symbol names.\n"
+         The recorder writes an LZ4 chunk at least once a second; from format 7, `record` packs \
+         a finished recording for storage (chunks merged up to 1 MiB, zstd at level 19 up to \
+         1 MiB of recording, 9 up to 16 MiB, 3 above): the recordings `record` made above are \
+         packed, and so are the re-encoded rows; the synthetic mix is written as the recorder \
+         writes, LZ4, unpacked.\n"
     );
 }
 

@@ -9,7 +9,7 @@ use std::{
 };
 
 use super::{u32_at, ChunkProblem};
-use crate::recording::{CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, MAX_CHUNK};
+use crate::recording::{CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_LZ4, FLAG_ZSTD, MAX_CHUNK};
 
 /// Where a recording's bytes are: a file read as a stream of chunks (a multi-GiB recording
 /// replays in bounded memory: a few chunks at a time), or bytes already in memory.
@@ -86,15 +86,21 @@ pub(super) struct Framer<'a> {
     /// the chunk.
     read_buf: Vec<u8>,
     scan_buf: Vec<u8>,
+    /// The file's format version (what a chunk's flags may say).
+    version: u32,
+    /// Made at the first zstd chunk, then reused (a context per chunk costs its allocation).
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 impl<'a> Framer<'a> {
-    pub(super) fn new(data: &'a Data, body: usize) -> Framer<'a> {
+    pub(super) fn new(data: &'a Data, body: usize, version: u32) -> Framer<'a> {
         Framer {
             data,
             at: body,
             read_buf: Vec::new(),
             scan_buf: Vec::new(),
+            version,
+            zstd: None,
         }
     }
 
@@ -167,25 +173,59 @@ impl<'a> Framer<'a> {
             return Ok(Step::Problem(ChunkProblem::Checksum { offset: at }));
         }
         self.at = end;
-        if flags & FLAG_LZ4 == 0 {
-            out.extend_from_slice(stored);
-            return Ok(Step::Chunk { offset: at });
-        }
+        // Before version 7 only the LZ4 bit was read.
+        let flags = if self.version >= 7 {
+            flags
+        } else {
+            flags & FLAG_LZ4
+        };
         let start = out.len();
-        out.resize(start + raw_len as usize, 0);
-        match lz4_flex::block::decompress_into(stored, &mut out[start..]) {
-            Ok(n) => {
-                out.truncate(start + n);
-                Ok(Step::Chunk { offset: at })
+        let unpacked = match flags {
+            0 => {
+                out.extend_from_slice(stored);
+                return Ok(Step::Chunk { offset: at });
             }
-            Err(e) => {
+            FLAG_LZ4 => {
+                out.resize(start + raw_len as usize, 0);
+                lz4_flex::block::decompress_into(stored, &mut out[start..])
+                    .map(|n| out.truncate(start + n))
+                    .map_err(|e| e.to_string())
+            }
+            FLAG_ZSTD => unzstd(&mut self.zstd, stored, raw_len as usize, out),
+            other => Err(format!("unknown compression flags {other:#x}")),
+        };
+        Ok(match unpacked {
+            Ok(()) => Step::Chunk { offset: at },
+            Err(why) => {
                 out.truncate(start);
-                Ok(Step::Problem(ChunkProblem::Decompress {
-                    offset: at,
-                    why: e.to_string(),
-                }))
+                Step::Problem(ChunkProblem::Decompress { offset: at, why })
             }
-        }
+        })
+    }
+}
+
+/// Appends the zstd frame `stored`, which must hold exactly `raw_len` bytes, to `out` (the
+/// caller truncates `out` on an error).
+fn unzstd(
+    ctx: &mut Option<zstd::bulk::Decompressor<'static>>,
+    stored: &[u8],
+    raw_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let ctx = match ctx {
+        Some(ctx) => ctx,
+        None => ctx.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
+    };
+    let start = out.len();
+    out.resize(start + raw_len, 0);
+    // zstd writes at most the slice's length: a frame claiming more is an error.
+    let r = ctx.decompress_to_buffer(stored, &mut out[start..]);
+    match r {
+        Ok(n) if n == raw_len => Ok(()),
+        Ok(n) => Err(format!(
+            "zstd frame holds {n} bytes, the chunk header says {raw_len}"
+        )),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -225,6 +265,7 @@ pub(super) fn worth_a_thread(data: &Data, body: usize) -> bool {
 pub(super) fn frame_ahead(
     data: &Data,
     body: usize,
+    version: u32,
     mut each: impl FnMut(Step, &[u8]),
 ) -> io::Result<bool> {
     std::thread::scope(|s| {
@@ -234,7 +275,7 @@ pub(super) fn frame_ahead(
         let reader = std::thread::Builder::new()
             .name("rdmatrace-read".into())
             .spawn_scoped(s, move || {
-                let mut framer = Framer::new(data, body);
+                let mut framer = Framer::new(data, body, version);
                 loop {
                     let mut batch = back_rx.try_recv().unwrap_or_default();
                     batch.steps.clear();
