@@ -345,7 +345,7 @@ fn size_section(s: &mut String, i: &Inputs<'_>) {
          frozen dictionary (a typical probe report). Chunks stay independently decodable. \
          The recorder writes an LZ4 chunk at least once a second; from format 7, `record` packs \
          a finished recording for storage (chunks merged up to 1 MiB, zstd at level 19 up to \
-         1 MiB of recording, 9 up to 16 MiB, 3 above): the recordings `record` made above are \
+         64 KiB of recording, 12 up to 4 MiB, 9 up to 16 MiB, 3 above): the recordings `record` made above are \
          packed, and so are the re-encoded rows; the synthetic mix is written as the recorder \
          writes, LZ4, unpacked.\n"
     );
