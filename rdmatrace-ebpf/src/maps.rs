@@ -41,26 +41,17 @@ pub static WANTED_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(MAX_CGRO
 pub static PROC_CGROUP: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_PROCESSES, 0);
 
 /// `ib_create_qp_user` entry arguments (device, init_attr) by pid_tgid, until it returns.
-///
-/// The entry -> return maps (`PENDING_*`) are LRU: an entry whose return is never seen (a
-/// kretprobe missed because more tasks were in the call than its instances: the kernel counts
-/// them as missed) would otherwise stay for the tracer's life, and once `MAX_INFLIGHT` of them
-/// had piled up over months of `serve`, no call of that kind would be traced again. Now the
-/// oldest entries make room. An entry is evicted only when `MAX_INFLIGHT` calls are in flight
-/// at once.
 #[map]
-pub static PENDING_CREATE: LruHashMap<u64, [u64; 2]> =
-    LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static PENDING_CREATE: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// `ib_modify_qp_with_udata` event under construction by pid_tgid, completed at return.
 #[map]
-pub static PENDING_MODIFY: LruHashMap<u64, QpModifyEvent> =
-    LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static PENDING_MODIFY: HashMap<u64, QpModifyEvent> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// `ib_destroy_qp_user` event under construction (read before the QP is freed), by pid_tgid.
 #[map]
-pub static PENDING_DESTROY: LruHashMap<u64, QpDestroyEvent> =
-    LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static PENDING_DESTROY: HashMap<u64, QpDestroyEvent> =
+    HashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// Socket (`struct sock *`) -> the process that last sent on or connected it. LRU: closed
 /// sockets age out without bookkeeping.
@@ -70,16 +61,16 @@ pub static SOCK_OWNER: LruHashMap<u64, Owner> = LruHashMap::with_max_entries(MAX
 /// A CQ or SRQ create's entry -> return: (the `ib_cq *` or the `ib_pd *`, the init attr) per
 /// task.
 #[map]
-pub static PENDING_QUEUE: LruHashMap<u64, [u64; 2]> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static PENDING_QUEUE: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// `ib_umem_get` entry -> return: (device, size) per task.
 #[map]
-pub static PENDING_UMEM: LruHashMap<u64, [u64; 2]> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static PENDING_UMEM: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// `rdma_restrack_add` entry argument (the `rdma_restrack_entry *`) by pid_tgid, until it
 /// returns: the tracker id is only assigned inside the call.
 #[map]
-pub static PENDING_RES: LruHashMap<u64, u64> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+pub static PENDING_RES: HashMap<u64, u64> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// Per-process TCP totals per peer address ((tgid, peer) -> bytes and calls), added to
 /// atomically; user space turns totals into deltas.

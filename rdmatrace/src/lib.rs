@@ -25,6 +25,7 @@ pub mod fuzzing;
 pub mod gids;
 pub mod loader;
 pub mod netlink;
+pub mod pending;
 pub mod ports;
 pub mod recording;
 pub mod replay;

@@ -118,6 +118,9 @@ pub struct Sampler {
     /// The traffic counters were reported once (the first sample lists them unchanged too, so
     /// that a report knows which devices' traffic was counted).
     traffic_announced: bool,
+    /// Removes the entry -> return entries of tasks that are gone (`crate::pending`).
+    sweeper: Option<crate::pending::Sweeper>,
+    warnings: Vec<String>,
 }
 
 /// What a QP sent and received since the previous total at its map key; everything when that
@@ -164,7 +167,16 @@ impl Sampler {
             .ebpf
             .take_map("CQ_NOTIFY")
             .and_then(|m| BpfHashMap::try_from(m).ok());
-        Sampler::with_sources(tcp, qps, cqs, counters_root)
+        let mut s = Sampler::with_sources(tcp, qps, cqs, counters_root);
+        s.sweeper = crate::pending::Sweeper::new(tracer);
+        if s.sweeper.is_none() {
+            s.warnings.push(
+                "runs in a PID namespace of its own: entries the kernel programs keep for calls \
+                 whose return was missed are not swept (run in the host's PID namespace)"
+                    .into(),
+            );
+        }
+        s
     }
 
     /// A sampler of these sources, baselined: it reports what happens from now on.
@@ -188,6 +200,8 @@ impl Sampler {
             prev_gids: HashMap::new(),
             gids_read: None,
             traffic_announced: false,
+            sweeper: None,
+            warnings: Vec::new(),
         };
         // Baselines: report what happens from now on, not since boot.
         let _ = s.poll(0);
@@ -209,10 +223,11 @@ impl Sampler {
 
     /// Problems of a sample source, each said once.
     pub fn take_warnings(&mut self) -> Vec<String> {
-        self.netlink
-            .as_mut()
-            .map(|n| n.take_warnings())
-            .unwrap_or_default()
+        let mut w = std::mem::take(&mut self.warnings);
+        if let Some(n) = self.netlink.as_mut() {
+            w.extend(n.take_warnings());
+        }
+        w
     }
 
     /// Undoes what the sources changed on the host (counter binding); returns what could not
@@ -234,6 +249,9 @@ impl Sampler {
 
     fn poll_with(&mut self, ts_ns: u64, last: bool) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
+        if let (Some(sw), true) = (&mut self.sweeper, ts_ns != 0) {
+            sw.tick(std::time::Instant::now());
+        }
         if let (Some(nl), true) = (&mut self.netlink, ts_ns != 0) {
             if last {
                 out.extend(nl.poll_now(ts_ns).0);

@@ -1,9 +1,14 @@
-//! Lab tier, a tracer left on for a long time: what months of `serve` can pile up in its maps,
-//! applied at once. Ignored outside the lab VM (`cargo xtask test` runs them there).
+//! Lab tier, a tracer left on for a long time: what months of `serve` can pile up in its maps
+//! (entries of calls whose return the kernel missed, `rdmatrace::pending`), applied at once. Ignored outside the lab VM (`cargo xtask test` runs them there).
 
 mod common;
 
-use std::{io::Write as _, process::Command};
+use std::{
+    io::Write as _,
+    process::Command,
+    thread::sleep,
+    time::{Duration, Instant},
+};
 
 use common::{lab::*, *};
 use serde_json::{json, Value};
@@ -39,9 +44,27 @@ fn map_info(id: u32) -> Value {
     serde_json::from_slice(&out.stdout).expect("bpftool JSON")
 }
 
+/// How many entries map `id` holds (`bpftool map dump` ends with "Found N elements").
+fn entries(id: u32) -> u64 {
+    let out = Command::new("bpftool")
+        .args(["map", "dump", "id", &id.to_string()])
+        .output()
+        .expect("bpftool");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("Found ")?
+                .strip_suffix(" elements")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("bpftool map dump id {id}: {text:.300}"))
+}
+
 /// Fills map `name` of the tracer `pid` to its capacity with entries of tasks that do not
-/// exist (pid_tgid 0xffffffff_000000NN...): what returns never seen (missed kretprobes) leave.
-fn fill_with_stale_entries(pid: u32, name: &str) -> u64 {
+/// exist (pid_tgid 0xffffffff_0000NNNN): what returns never seen (missed kretprobes) leave
+/// behind. Returns the map's id.
+fn fill_with_stale_entries(pid: u32, name: &str) -> u32 {
     let (id, info) = map_ids(pid)
         .into_iter()
         .map(|id| (id, map_info(id)))
@@ -82,16 +105,30 @@ fn fill_with_stale_entries(pid: u32, name: &str) -> u64 {
         "bpftool batch: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    max
+    assert_eq!(entries(id), max, "{name} is full");
+    id
 }
 
 #[test]
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
-fn lab_qp_creates_and_modifies_are_traced_after_lost_returns_filled_their_pending_maps() {
+fn lab_entries_of_tasks_that_are_gone_are_swept_and_qp_calls_are_traced_again() {
     in_lab();
     let tracer = start(&["trace", "--json"], READY_TIMEOUT);
-    for name in ["PENDING_CREATE", "PENDING_MODIFY"] {
-        assert_eq!(fill_with_stale_entries(tracer.pid(), name), 4096, "{name}");
+    let maps: Vec<(&str, u32)> = ["PENDING_CREATE", "PENDING_MODIFY", "PENDING_DESTROY"]
+        .into_iter()
+        .map(|name| (name, fill_with_stale_entries(tracer.pid(), name)))
+        .collect();
+    // The sweep runs every 5 s; under TCG give it a few periods.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (name, id) in &maps {
+        while entries(*id) > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: {} stale entries left",
+                entries(*id)
+            );
+            sleep(Duration::from_millis(500));
+        }
     }
     let ((spid, sout), (cpid, cout)) = rc_pingpong();
     let done = tracer.stop();
@@ -109,11 +146,13 @@ fn lab_qp_creates_and_modifies_are_traced_after_lost_returns_filled_their_pendin
         ];
         let created = select(&events, "qp_create", &want);
         let modified = select(&events, "qp_modify", &want);
+        let destroyed = select(&events, "qp_destroy", &want);
         assert_eq!(created.len(), 1, "{side}: the QP's creation: {created:#?}");
         let states: Vec<&str> = modified
             .iter()
             .filter_map(|e| e["data"]["new_state"].as_str())
             .collect();
         assert_eq!(states, ["INIT", "RTR", "RTS"], "{side}: its modifies");
+        assert_eq!(destroyed.len(), 1, "{side}: its destruction");
     }
 }

@@ -177,9 +177,7 @@ fn try_qp_modify_exit(ctx: &RetProbeContext) -> Option<u32> {
     let key = bpf_get_current_pid_tgid();
     let ev = PENDING_MODIFY.get_ptr_mut(key)?;
     // SAFETY: a live map value of this task's key; only this task touches it between entry and
-    // return, and it is removed right after use. (The map is LRU: only with MAX_INFLIGHT calls
-    // in flight at once could another CPU's insert recycle it meanwhile; the value is then
-    // another call's, all integers: one wrong event, never a bad memory access.)
+    // return, and it is removed right after use.
     unsafe {
         (*ev).ret = regs::ret::<i64>(ctx) as i32;
         output(&*ev);
