@@ -21,6 +21,7 @@ mod report;
 mod scale;
 mod serve;
 mod sidebyside;
+mod sizes;
 mod storm;
 
 use std::{path::PathBuf, process::Command};

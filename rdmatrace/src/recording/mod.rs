@@ -9,8 +9,9 @@
 //!           compressed with a dictionary: [`HEADER_DICT`] in versions 3 to 5,
 //!           [`HEADER_DICT_6`] from version 6
 //! chunk  := "CHNK" | flags u32 | raw_len u32 | stored_len u32 | entries u32 | crc32 u32
-//!           | stored_len bytes (LZ4 block of raw_len bytes when flags & 1, a zstd frame of
-//!           raw_len bytes when flags & 2 (version 7), else raw)
+//!           | stored_len bytes (LZ4 block of raw_len bytes when flags & 1 (before version 7)
+//!           or flags == 1, a zstd frame of raw_len bytes when flags == 2 (version 7), raw when
+//!           flags == 0)
 //! raw    := entry*;  entry := tag u8 | len u16 LE | len bytes
 //! ```
 //! Entry tags: [`TAG_EVENT`] (a kernel ring-buffer record, native endian, exactly as the probe
@@ -54,7 +55,7 @@
 //! content is the same entries). The recorder still writes LZ4 chunks as it goes (cheap, one a
 //! second); a finished recording is packed for storage ([`repack`]): its chunks merged and
 //! compressed with zstd. Flags other than 0, 1 and 2 make a version 7 chunk damaged; before
-//! version 7 only bit 1 was read.
+//! version 7 only bit 0 (LZ4) was read.
 //!
 //! Every chunk starts from a clean state (previous `ts_ns` 0, empty task table), so chunks
 //! stay independently decodable.
