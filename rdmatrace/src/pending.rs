@@ -85,20 +85,27 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    /// Takes the maps out of the loaded object. `None` when this process does not see the
-    /// kernel's task ids in /proc (it runs in a PID namespace of its own): there, a live task's
-    /// entry would look dead.
-    pub fn new(tracer: &mut Tracer) -> Option<Sweeper> {
-        if !sees_kernel_pids(Path::new("/proc/self/status")) {
-            return None;
+    /// Takes the maps out of the loaded object, or says why it does not sweep: where this
+    /// process does not see every task by the ids the kernel programs use, a live task's entry
+    /// would look dead.
+    pub fn new(tracer: &mut Tracer) -> Result<Sweeper, &'static str> {
+        let proc = Path::new("/proc");
+        if !sees_kernel_pids(&proc.join("self/status")) {
+            return Err("runs in a PID namespace of its own (run in the host's PID namespace)");
+        }
+        if !sees_other_tasks(proc) {
+            return Err(
+                "cannot see other users' tasks in /proc (mounted with hidepid, and \
+                        this process lacks CAP_SYS_PTRACE)",
+            );
         }
         let maps = MAPS
             .iter()
             .filter_map(|(name, len)| Pending::open(tracer.ebpf.take_map(name)?, *len))
             .collect();
-        Some(Sweeper {
+        Ok(Sweeper {
             maps,
-            proc: "/proc".into(),
+            proc: proc.into(),
             last: None,
             removed: 0,
         })
@@ -142,6 +149,12 @@ fn sees_kernel_pids(status: &Path) -> bool {
     })
 }
 
+/// Whether tasks of other users are visible under `proc`: init's (task 1 of process 1) is
+/// there on every system, unless /proc hides it (`hidepid=invisible` without CAP_SYS_PTRACE).
+fn sees_other_tasks(proc: &Path) -> bool {
+    std::fs::symlink_metadata(proc.join("1/task/1")).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +188,13 @@ mod tests {
         assert!(!sees_kernel_pids(&status), "nested PID namespace");
         std::fs::write(&status, "Name:\tx\n").expect("write");
         assert!(!sees_kernel_pids(&status), "no NSpid line: not known");
+    }
+
+    #[test]
+    fn a_proc_hiding_init_is_not_swept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(!sees_other_tasks(dir.path()), "init hidden");
+        std::fs::create_dir_all(dir.path().join("1/task/1")).expect("mkdir");
+        assert!(sees_other_tasks(dir.path()));
     }
 }

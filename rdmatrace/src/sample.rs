@@ -168,13 +168,12 @@ impl Sampler {
             .take_map("CQ_NOTIFY")
             .and_then(|m| BpfHashMap::try_from(m).ok());
         let mut s = Sampler::with_sources(tcp, qps, cqs, counters_root);
-        s.sweeper = crate::pending::Sweeper::new(tracer);
-        if s.sweeper.is_none() {
-            s.warnings.push(
-                "runs in a PID namespace of its own: entries the kernel programs keep for calls \
-                 whose return was missed are not swept (run in the host's PID namespace)"
-                    .into(),
-            );
+        match crate::pending::Sweeper::new(tracer) {
+            Ok(sweeper) => s.sweeper = Some(sweeper),
+            Err(why) => s.warnings.push(format!(
+                "entries the kernel programs keep for calls whose return was missed are not \
+                 swept: this process {why}"
+            )),
         }
         s
     }

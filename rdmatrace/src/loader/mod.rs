@@ -235,6 +235,33 @@ fn program_error(e: ProgramError) -> String {
     }
 }
 
+/// Why one probe did not attach.
+struct Failed {
+    why: String,
+    /// The kernel said its function does not exist (`perf_event_open`: ENOENT).
+    absent: bool,
+}
+
+impl<S: Into<String>> From<S> for Failed {
+    fn from(why: S) -> Failed {
+        Failed {
+            why: why.into(),
+            absent: false,
+        }
+    }
+}
+
+/// Whether creating the kprobe failed because no function of that name exists in the kernel or
+/// a loaded module: the kernel answers ENOENT from its own symbol table, so /proc/kallsyms
+/// (read whole, a quarter of a second in the lab) need not be consulted.
+fn symbol_missing(e: &ProgramError) -> bool {
+    matches!(
+        e,
+        ProgramError::SyscallError(aya::sys::SyscallError { call: "perf_event_open", io_error })
+            if io_error.raw_os_error() == Some(libc::ENOENT)
+    )
+}
+
 fn attach_one(
     ebpf: &mut Ebpf,
     verified: &verify::Verified,
@@ -243,12 +270,12 @@ fn attach_one(
     opts: &LoadOptions,
     lib_dirs: &[PathBuf],
     libs: &mut LibSymbols,
-) -> Result<(), String> {
+) -> Result<(), Failed> {
     let prog = ebpf
         .program_mut(spec.program)
         .ok_or_else(|| format!("program {} missing from the eBPF object", spec.program))?;
     if let Some(Err(why)) = verified.get(spec.program) {
-        return Err(why.clone());
+        return Err(why.clone().into());
     }
     match spec.hook {
         Hook::Kprobe | Hook::Kretprobe => {
@@ -259,17 +286,19 @@ fn attach_one(
             // One program may serve several functions (e.g. rxe's two receive queues).
             match p.load() {
                 Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
-                Err(e) => return Err(program_error(e)),
+                Err(e) => return Err(program_error(e).into()),
             }
-            p.attach(spec.target, 0)
-                .map_err(|e| format!("cannot attach to {}: {}", spec.target, program_error(e)))?;
+            p.attach(spec.target, 0).map_err(|e| Failed {
+                absent: symbol_missing(&e),
+                why: format!("cannot attach to {}: {}", spec.target, program_error(e)),
+            })?;
         }
         Hook::BtfTracepoint => {
             let btf = aya_btf.ok_or("kernel BTF unavailable")?;
             let p: &mut BtfTracePoint = prog.try_into().map_err(program_error)?;
             match p.load(spec.target, btf) {
                 Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
-                Err(e) => return Err(program_error(e)),
+                Err(e) => return Err(program_error(e).into()),
             }
             p.attach().map_err(|e| {
                 format!(
@@ -312,29 +341,27 @@ fn attach_one(
 /// Loads the object, resolves every area's offsets, attaches what this kernel allows.
 pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let mut phases = Phases::new();
-    // The loader's own BTF parse and the object load do not need the offsets: they run on a
-    // second thread while this one reads BTF and resolves every area's offsets.
-    let (resolved, loaded) = std::thread::scope(|s| {
+    // Two threads: a second one loads the object and creates its maps (the probes carry no
+    // CO-RE relocations, so the object needs no kernel BTF: see
+    // `the_probes_need_no_kernel_btf_to_load`) while this one reads BTF, resolves every area's
+    // offsets, then parses the kernel's BTF again for aya, which only the BTF tracepoints need.
+    let (resolved, aya_btf, loaded) = std::thread::scope(|s| {
         let loader = s.spawn(|| {
             let t = std::time::Instant::now();
-            // Parsed once: for the object's relocations and for the tp_btf programs.
-            let btf = Btf::from_sys_fs().ok();
-            let parsed = t.elapsed();
             let ebpf = EbpfLoader::new()
-                .btf(btf.as_ref())
+                .btf(None)
                 .map_max_entries("EVENTS", opts.ringbuf_bytes)
                 .load(PROBES_OBJ);
-            (btf, ebpf, parsed, t.elapsed() - parsed)
+            (ebpf, t.elapsed())
         });
         let resolved = resolve::areas(opts, areas, &mut phases);
-        (resolved, loader.join())
+        let aya_btf = resolved.is_ok().then(|| Btf::from_sys_fs().ok()).flatten();
+        phases.mark("kernel BTF parsed for the tracepoints");
+        (resolved, aya_btf, loader.join())
     });
     let (cfg, usable, mut report) = resolved?;
     phases.mark("waiting for the object load");
-    let (aya_btf, ebpf, parsed, object) = loaded.map_err(|_| LoadError::LoaderThread)?;
-    phases
-        .out
-        .push(("(beside it) kernel BTF parsed for the loader", parsed));
+    let (ebpf, object) = loaded.map_err(|_| LoadError::LoaderThread)?;
     phases
         .out
         .push(("(beside it) eBPF object loaded, maps created", object));
@@ -386,16 +413,16 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
                 });
                 match r {
                     Ok(()) => ProbeState::Attached,
-                    Err(_)
+                    Err(f)
                         if spec.role == Role::WherePresent
-                            && !kernel_has(&mut kallsyms, spec.target) =>
+                            && (f.absent || !kernel_has(&mut kallsyms, spec.target)) =>
                     {
                         ProbeState::Standby(format!(
                             "not needed: this kernel has no {}",
                             spec.target
                         ))
                     }
-                    Err(why) => ProbeState::Off(why),
+                    Err(f) => ProbeState::Off(f.why),
                 }
             };
             report.probes.push(ProbeStatus {
@@ -494,6 +521,32 @@ pub fn area_names() -> Vec<&'static str> {
 mod tests {
     use super::*;
     use crate::collect::tcp;
+
+    #[test]
+    fn the_probes_need_no_kernel_btf_to_load() {
+        // `load` creates the object without the kernel's BTF, which aya uses only for CO-RE
+        // relocations: a program with one would load unrelocated and read the wrong fields.
+        let obj = aya_obj::Object::parse(PROBES_OBJ).expect("the embedded object parses");
+        assert!(
+            !obj.has_btf_relocations(),
+            "the kernel programs now carry CO-RE relocations: give `load` the kernel BTF again"
+        );
+        assert!(obj.programs.len() > 10, "the probes are in the object");
+    }
+
+    #[test]
+    fn only_a_failed_perf_event_open_with_enoent_means_no_such_function() {
+        let err = |call, errno| {
+            ProgramError::SyscallError(aya::sys::SyscallError {
+                call,
+                io_error: std::io::Error::from_raw_os_error(errno),
+            })
+        };
+        assert!(symbol_missing(&err("perf_event_open", libc::ENOENT)));
+        assert!(!symbol_missing(&err("perf_event_open", libc::EINVAL)));
+        assert!(!symbol_missing(&err("bpf_link_create", libc::ENOENT)));
+        assert!(!symbol_missing(&ProgramError::AlreadyLoaded));
+    }
 
     fn status(program: &str, state: ProbeState) -> ProbeStatus {
         let spec = *tcp::AREA
