@@ -15,11 +15,12 @@ put() { echo "$*" >>"$res"; }
 now_ns() { date +%s%N; }
 tck=$(getconf CLK_TCK)
 # Per-program run time and count (the kernel accounts them only when asked; off by default).
+# Where one start-up goes, phase by phase; also which of rdmatrace's programs is on which hook
+# (its kprobes' links do not say).
+"$rt" doctor --json >"$out/doctor.json" 2>/dev/null || say "rdmatrace doctor --json failed"
 stats=0
 if command -v bpftool >/dev/null && sysctl -qw kernel.bpf_stats_enabled=1; then
     stats=1
-    # Which of rdmatrace's programs is on which hook (its kprobes' links do not say).
-    "$rt" doctor --json >"$out/doctor.json" 2>/dev/null
 else
     say "bpf_stats not available (no bpftool, or kernel.bpf_stats_enabled cannot be set): no per-program cost"
 fi

@@ -24,14 +24,22 @@ def bpftool(*args):
 
 
 def doctor_hooks(path):
-    """Kernel program name (15 characters at most) -> hook, from rdmatrace doctor --json."""
-    out = {}
+    """Kernel program name (15 characters at most) -> hook, from rdmatrace doctor --json: the
+    targets the program is attached to here (a probe standing by, e.g. mlx5_ib_create_cq on a
+    host without mlx5, is not one), joined with "+" when one program serves several (rxe's
+    two receive queues): the kernel counts a program's runs, not a link's."""
+    targets = {}
     for item in json.load(open(path))["data"]:
         m = re.match(r"probe [^/]+/(\S+) \((\S+) (\S+)\)", item.get("item", ""))
-        # A program with several possible targets (rxe_create_cq or mlx5_ib_create_cq): the
-        # one attached here.
-        if m and (item.get("status") != "unavailable" or m.group(1)[:15] not in out):
-            out[m.group(1)[:15]] = m.group(3).split(":")[-1]
+        if m and item.get("detail") == "attached":
+            t = targets.setdefault(m.group(1)[:15], [])
+            hook = m.group(3).split(":")[-1]
+            if hook not in t:
+                t.append(hook)
+    out = {}
+    for prog, t in targets.items():
+        t = sorted(t)
+        out[prog] = "+".join(t) if len(t) <= 3 else f"{t[0]}+{len(t) - 1} more"
     return out
 
 

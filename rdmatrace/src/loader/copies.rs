@@ -39,6 +39,10 @@ pub struct LibCopies {
     pending: Vec<(u32, Instant)>,
     /// Copies attached so far (path as seen from here, pid that had it).
     pub attached: Vec<(PathBuf, u32)>,
+    /// This process's mount namespace and root, read once: a process whose differ is in a
+    /// container.
+    own_ns: Option<PathBuf>,
+    own_root: Option<(u64, u64)>,
 }
 
 /// The mount namespace of `/proc/<who>` (`mnt:[4026531841]`).
@@ -70,6 +74,8 @@ impl LibCopies {
             probed,
             pending: Vec::new(),
             attached: Vec::new(),
+            own_ns: mount_ns("self"),
+            own_root: id(Path::new("/")),
         }
     }
 
@@ -119,8 +125,7 @@ impl LibCopies {
         let mut found: Vec<(PathBuf, &'static str)> = Vec::new();
         // Another mount namespace or root (a container): its standard library directories,
         // as it sees them.
-        let contained =
-            mount_ns(&pid.to_string()) != mount_ns("self") || id(&root) != id(Path::new("/"));
+        let contained = mount_ns(&pid.to_string()) != self.own_ns || id(&root) != self.own_root;
         if contained {
             for dir in DIRS {
                 for lib in LIBS {

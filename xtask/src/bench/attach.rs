@@ -66,6 +66,29 @@ fn once() -> anyhow::Result<f64> {
     Ok(ready.as_secs_f64() * 1e3)
 }
 
+/// (phase, duration text) of `doctor --json`'s `start-up:` items.
+pub fn phases(items: &[serde_json::Value]) -> Vec<(String, String)> {
+    let text = |i: &serde_json::Value, k: &str| i[k].as_str().unwrap_or("").to_string();
+    items
+        .iter()
+        .filter_map(|i| {
+            let item = text(i, "item");
+            item.strip_prefix("start-up: ")
+                .map(|p| (p.to_string(), text(i, "detail")))
+        })
+        .collect()
+}
+
+/// The phase table of [`phases`].
+pub fn phase_table(s: &mut String, phases: &[(String, String)]) {
+    let _ = writeln!(s, "| phase | time |");
+    let _ = writeln!(s, "|---|---|");
+    for (p, d) in phases {
+        let _ = writeln!(s, "| {p} | {d} |");
+    }
+    let _ = writeln!(s);
+}
+
 pub fn run(runs: u32) -> anyhow::Result<Attach> {
     // One warm-up: the first run after a build reads the binary and BTF from disk.
     once()?;
@@ -81,14 +104,7 @@ pub fn run(runs: u32) -> anyhow::Result<Attach> {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("doctor --json")?;
     let items = v["data"].as_array().cloned().unwrap_or_default();
     let text = |i: &serde_json::Value, k: &str| i[k].as_str().unwrap_or("").to_string();
-    let phases = items
-        .iter()
-        .filter_map(|i| {
-            let item = text(i, "item");
-            item.strip_prefix("start-up: ")
-                .map(|p| (p.to_string(), text(i, "detail")))
-        })
-        .collect();
+    let phases = phases(&items);
     let maps_bytes = items
         .iter()
         .find(|i| text(i, "item") == "kernel memory: maps" && text(i, "status") == "ok")
@@ -156,12 +172,7 @@ pub fn section(s: &mut String, a: Result<&Attach, &String>) {
             "Where one start-up went (`rdmatrace doctor --json`, its `start-up:` items; the \
              doctor also loads the CPU-profile area):\n"
         );
-        let _ = writeln!(s, "| phase | time |");
-        let _ = writeln!(s, "|---|---|");
-        for (p, d) in &a.phases {
-            let _ = writeln!(s, "| {p} | {d} |");
-        }
-        let _ = writeln!(s);
+        phase_table(s, &a.phases);
     }
     if let Some((all, per_cpu)) = a.maps_bytes {
         let _ = writeln!(

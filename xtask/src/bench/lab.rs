@@ -14,6 +14,8 @@ pub struct LabResults {
     /// Whether that boot used KVM (else TCG), as the lab decided it; `None`: unknown.
     pub kvm: Option<bool>,
     raw: BTreeMap<String, BTreeMap<String, BTreeMap<u32, f64>>>,
+    /// (phase, duration text) of one `rdmatrace doctor --json` start-up in that boot.
+    pub startup: Vec<(String, String)>,
 }
 
 impl LabResults {
@@ -47,6 +49,7 @@ impl LabResults {
             kvm: None,
             kernel,
             raw,
+            startup: Vec::new(),
         })
     }
 
@@ -92,6 +95,12 @@ pub fn run(rounds: u32) -> anyhow::Result<LabResults> {
         .context("the lab bench left no target/lab/bench/lab.txt")?;
     let mut results = LabResults::parse(&text, rounds, kernel)?;
     results.kvm = lab::used_kvm(&results.kernel);
+    // Written by bench.sh before the rounds; without it the report says so.
+    if let Ok(text) = std::fs::read_to_string(out.join("doctor.json")) {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+            results.startup = super::attach::phases(v["data"].as_array().map_or(&[], |a| a));
+        }
+    }
     Ok(results)
 }
 

@@ -34,6 +34,24 @@ fn per_hook(lab: &LabResults, tool: &str) -> Vec<(String, f64, f64)> {
         .collect()
 }
 
+/// The figures of hook `h` in `v`. For `a+b` (one of rdmatrace's programs on several hooks:
+/// the kernel counts a program's runs, not a link's), the other tool's programs on `a` and `b`
+/// taken together: their runs summed, their time per run weighted by runs (all of them must be
+/// there).
+fn find(v: &[(String, f64, f64)], h: &str) -> Option<(String, f64, f64)> {
+    if let Some(x) = v.iter().find(|x| x.0 == h) {
+        return Some(x.clone());
+    }
+    if !h.contains('+') {
+        return None;
+    }
+    let parts: Option<Vec<_>> = h.split('+').map(|p| v.iter().find(|x| x.0 == p)).collect();
+    let parts = parts?;
+    let runs: f64 = parts.iter().map(|x| x.2).sum();
+    let ns = parts.iter().map(|x| x.1 * x.2).sum::<f64>() / runs;
+    (runs > 0.0).then(|| (h.to_string(), ns, runs))
+}
+
 fn cell(v: Option<&(String, f64, f64)>) -> String {
     v.map_or_else(
         || "—".into(),
@@ -59,14 +77,14 @@ pub fn section(s: &mut String, lab: &LabResults) {
         "Each program's run time per run (ns, median over rounds; runs per round in brackets) as \
          the kernel accounts it with `kernel.bpf_stats_enabled=1`, read with `bpftool` \
          (`xtask/lab/bpfstats.py`) before each tracer stops; a hook with an entry and a return \
-         program counts both. The floor is an empty bpftrace program on the per-packet hooks \
+         program counts both; a program on several hooks (`a+b`) is compared with the other programs \
+         on those hooks taken together (runs summed, time per run weighted by runs). The floor is an empty bpftrace program on the per-packet hooks \
          during one extra perftest pass. Targets: every rdmatrace program at or below its \
          bpftrace twin; per-packet hooks within 2× of the floor.\n\n\
          | hook | rdmatrace ns/run | bpftrace ns/run | empty program | ≤ bpftrace | ≤ 2× floor |\n\
          |---|---|---|---|---|---|"
     );
     let hooks: BTreeSet<&String> = ours.iter().map(|h| &h.0).collect();
-    let find = |v: &'_ [(String, f64, f64)], h: &str| v.iter().find(|x| x.0 == h).cloned();
     for h in hooks {
         let (o, t, f) = (find(&ours, h), find(&theirs, h), find(&floor, h));
         let vs_bpftrace = match (&o, &t) {
@@ -74,7 +92,8 @@ pub fn section(s: &mut String, lab: &LabResults) {
             (Some(_), Some(_)) => "**no**",
             _ => "—",
         };
-        let vs_floor = match (&o, &f, PER_PACKET.contains(&h.as_str())) {
+        let per_packet = h.split('+').all(|p| PER_PACKET.contains(&p));
+        let vs_floor = match (&o, &f, per_packet) {
             (Some(o), Some(f), true) if o.1 <= 2.0 * f.1 => "yes".to_string(),
             (Some(o), Some(f), true) => format!("**no** ({:.1}×)", o.1 / f.1),
             _ => "—".to_string(),
@@ -88,4 +107,29 @@ pub fn section(s: &mut String, lab: &LabResults) {
         );
     }
     s.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find;
+
+    #[test]
+    fn a_program_on_two_hooks_meets_the_others_taken_together() {
+        let v = vec![
+            ("rxe_comp_queue_pkt".to_string(), 600.0, 2500.0),
+            ("rxe_resp_queue_pkt".to_string(), 100.0, 7500.0),
+        ];
+        let both = find(&v, "rxe_comp_queue_pkt+rxe_resp_queue_pkt").expect("both there");
+        assert_eq!(both.2, 10000.0);
+        assert!(
+            (both.1 - 225.0).abs() < 1e-9,
+            "weighted by runs: {}",
+            both.1
+        );
+        assert!(
+            find(&v, "rxe_comp_queue_pkt+rxe_xmit_packet").is_none(),
+            "one missing"
+        );
+        assert_eq!(find(&v, "rxe_resp_queue_pkt").map(|x| x.1), Some(100.0));
+    }
 }

@@ -356,6 +356,21 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
         );
     }
     s.push('\n');
+    if lab.startup.is_empty() {
+        let _ = writeln!(
+            s,
+            "Where rdmatrace's start-up went in this boot: not known (the lab left no \
+             `rdmatrace doctor --json` output).\n"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "Where one rdmatrace start-up went in this boot (`rdmatrace doctor --json` before \
+             the rounds, its `start-up:` items; what `record` does after loading, and the \
+             process's own start, are not in it):\n"
+        );
+        super::attach::phase_table(s, &lab.startup);
+    }
     super::progcost::section(s, lab);
 }
 
