@@ -530,9 +530,11 @@ fn lab_a_cq_or_srq_larger_than_the_device_allows_is_create_failed_with_the_limit
 #[ignore = "lab: needs the Soft-RoCE VM; run through `cargo xtask test`"]
 fn lab_a_local_ack_timeout_below_the_round_trip_is_timeout_too_small() {
     in_lab();
-    // timeout 1 = 8.2 µs, which rxe rounds up to one jiffy: below the round trip of the lab's
-    // emulated path, so the sender's timer fires while the ACKs are on their way and the
-    // receiver gets requests it already has. Nothing is lost. Writes of one packet each: rxe
+    // timeout 1 = 8.2 µs, which rxe rounds up to one jiffy (4 ms at the lab kernels' HZ=250):
+    // below the round trip, as rxe1's ACKs are held 5 ms on their way (netem delay on its
+    // NIC; the emulated path alone was sometimes faster than a jiffy), so the sender's timer
+    // fires while the ACKs are on their way and the receiver gets requests it already has.
+    // Nothing is lost. Writes of one packet each: rxe
     // on 6.12 has been seen failing a retransmitted multi-packet write with a remote invalid
     // request error (an error chain, another diagnosis).
     let args = |t| ["--mib", "16", "--timeout", t, "--chunk-kib", "1"];
@@ -546,6 +548,7 @@ fn lab_a_local_ack_timeout_below_the_round_trip_is_timeout_too_small() {
             .map(|d| hw_counter(d, "out_of_seq_request") + hw_counter(d, "rcvd_seq_err"))
             .sum::<u64>()
     };
+    let late_acks = Loss::delay("LAB_NIC_B", 5);
     let mut attempt = 0;
     let (data, (pid, out, code), dups) = loop {
         attempt += 1;
@@ -566,6 +569,7 @@ fn lab_a_local_ack_timeout_below_the_round_trip_is_timeout_too_small() {
         );
         assert!(attempt < 3, "3 runs and the premise never held");
     };
+    drop(late_acks);
     assert_eq!(code, Some(0), "the transfer completes: {out}");
     let (sdev, sqpn) = mover_qp(&out, "sender");
     let diags = diagnoses(&data);

@@ -2,6 +2,7 @@
 //! probe that this kernel allows, and report the ones that stay off with the reason.
 
 use crate::btf;
+mod attach;
 pub mod copies;
 pub mod memory;
 mod resolve;
@@ -10,17 +11,11 @@ mod verify;
 
 use std::path::PathBuf;
 
-use aya::{
-    maps::Array,
-    programs::{
-        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        BtfTracePoint, KProbe, PerfEvent, ProgramError,
-    },
-    Btf, Ebpf, EbpfLoader,
-};
+use aya::{maps::Array, programs::ProgramError, Btf, Ebpf, EbpfLoader};
 use rdmatrace_common::config::ProbeConfig;
 
 use crate::collect::{Area, Hook, ProbeSpec, Role, AREAS};
+use attach::{attach_one, Failed};
 use resolve::{kernel_has, LibSymbols, Phases};
 
 /// The compiled kernel programs, embedded at build time.
@@ -235,109 +230,6 @@ fn program_error(e: ProgramError) -> String {
     }
 }
 
-/// Why one probe did not attach.
-struct Failed {
-    why: String,
-    /// The kernel said its function does not exist (`perf_event_open`: ENOENT).
-    absent: bool,
-}
-
-impl<S: Into<String>> From<S> for Failed {
-    fn from(why: S) -> Failed {
-        Failed {
-            why: why.into(),
-            absent: false,
-        }
-    }
-}
-
-/// Whether creating the kprobe failed because no function of that name exists in the kernel or
-/// a loaded module: the kernel answers ENOENT from its own symbol table, so /proc/kallsyms
-/// (read whole, a quarter of a second in the lab) need not be consulted.
-fn symbol_missing(e: &ProgramError) -> bool {
-    matches!(
-        e,
-        ProgramError::SyscallError(aya::sys::SyscallError { call: "perf_event_open", io_error })
-            if io_error.raw_os_error() == Some(libc::ENOENT)
-    )
-}
-
-fn attach_one(
-    ebpf: &mut Ebpf,
-    verified: &verify::Verified,
-    spec: &ProbeSpec,
-    aya_btf: Option<&Btf>,
-    opts: &LoadOptions,
-    lib_dirs: &[PathBuf],
-    libs: &mut LibSymbols,
-) -> Result<(), Failed> {
-    let prog = ebpf
-        .program_mut(spec.program)
-        .ok_or_else(|| format!("program {} missing from the eBPF object", spec.program))?;
-    if let Some(Err(why)) = verified.get(spec.program) {
-        return Err(why.clone().into());
-    }
-    match spec.hook {
-        Hook::Kprobe | Hook::Kretprobe => {
-            if !kprobes_supported() {
-                return Err("this kernel has no kprobe support".into());
-            }
-            let p: &mut KProbe = prog.try_into().map_err(program_error)?;
-            // One program may serve several functions (e.g. rxe's two receive queues).
-            match p.load() {
-                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
-                Err(e) => return Err(program_error(e).into()),
-            }
-            p.attach(spec.target, 0).map_err(|e| Failed {
-                absent: symbol_missing(&e),
-                why: format!("cannot attach to {}: {}", spec.target, program_error(e)),
-            })?;
-        }
-        Hook::BtfTracepoint => {
-            let btf = aya_btf.ok_or("kernel BTF unavailable")?;
-            let p: &mut BtfTracePoint = prog.try_into().map_err(program_error)?;
-            match p.load(spec.target, btf) {
-                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
-                Err(e) => return Err(program_error(e).into()),
-            }
-            p.attach().map_err(|e| {
-                format!(
-                    "cannot attach to tp_btf/{}: {}",
-                    spec.target,
-                    program_error(e)
-                )
-            })?;
-        }
-        Hook::Uprobe { lib, cookie } => {
-            let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
-            uprobe::attach(prog, spec.target, &path, cookie, libs)?;
-        }
-        Hook::PerfCpuClock => {
-            let hz = opts.cpu_hz.ok_or("no sampling frequency given")?;
-            let cpus = aya::util::online_cpus()
-                .map_err(|(what, e)| format!("cannot list the online CPUs ({what}): {e}"))?;
-            let p: &mut PerfEvent = prog.try_into().map_err(program_error)?;
-            p.load().map_err(program_error)?;
-            for cpu in cpus {
-                p.attach(
-                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                    PerfEventScope::AllProcessesOneCpu { cpu },
-                    SamplePolicy::Frequency(hz),
-                    false,
-                )
-                .map_err(|e| {
-                    format!(
-                        "cannot open a {hz} Hz cpu-clock perf event on CPU {cpu}: {} \
-                         (kernel.perf_event_max_sample_rate may be lower)",
-                        program_error(e)
-                    )
-                })?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Loads the object, resolves every area's offsets, attaches what this kernel allows.
 pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let mut phases = Phases::new();
@@ -387,52 +279,50 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
 
     phases.mark("config set");
     let lib_dirs = uprobe::library_dirs();
-    let (verified, _) = verify::all(&mut ebpf, &usable, aya_btf.as_ref(), &lib_dirs);
-    phases.mark("programs verified, several at a time");
     let mut libs = LibSymbols::new();
     let mut kallsyms = None;
-    for area in usable {
-        for spec in area.probes {
-            let state = if let Some(why) = report.standby_reason(area.name, spec) {
-                ProbeState::Standby(why)
-            } else {
-                let r = attach_one(
-                    &mut ebpf,
-                    &verified,
-                    spec,
-                    aya_btf.as_ref(),
-                    opts,
-                    &lib_dirs,
-                    &mut libs,
-                );
-                phases.mark(match spec.hook {
-                    Hook::Kprobe | Hook::Kretprobe => "kprobes verified and attached",
-                    Hook::BtfTracepoint => "tracepoints verified and attached",
-                    Hook::Uprobe { .. } => "uprobes verified and attached",
-                    Hook::PerfCpuClock => "perf events opened",
-                });
-                match r {
-                    Ok(()) => ProbeState::Attached,
-                    Err(f)
-                        if spec.role == Role::WherePresent
-                            && (f.absent || !kernel_has(&mut kallsyms, spec.target)) =>
-                    {
-                        ProbeState::Standby(format!(
-                            "not needed: this kernel has no {}",
-                            spec.target
-                        ))
+    std::thread::scope(|s| {
+        let mut programs = verify::start(s, &mut ebpf, &usable, aya_btf.as_ref(), &lib_dirs);
+        for area in &usable {
+            for spec in area.probes {
+                let state = if let Some(why) = report.standby_reason(area.name, spec) {
+                    ProbeState::Standby(why)
+                } else {
+                    let r = programs
+                        .program(spec.program)
+                        .map_err(Failed::from)
+                        .and_then(|prog| {
+                            attach_one(prog, spec, aya_btf.as_ref(), opts, &lib_dirs, &mut libs)
+                        });
+                    phases.mark(match spec.hook {
+                        Hook::Kprobe | Hook::Kretprobe => "kprobes verified and attached",
+                        Hook::BtfTracepoint => "tracepoints verified and attached",
+                        Hook::Uprobe { .. } => "uprobes verified and attached",
+                        Hook::PerfCpuClock => "perf events opened",
+                    });
+                    match r {
+                        Ok(()) => ProbeState::Attached,
+                        Err(f)
+                            if spec.role == Role::WherePresent
+                                && (f.absent || !kernel_has(&mut kallsyms, spec.target)) =>
+                        {
+                            ProbeState::Standby(format!(
+                                "not needed: this kernel has no {}",
+                                spec.target
+                            ))
+                        }
+                        Err(f) => ProbeState::Off(f.why),
                     }
-                    Err(f) => ProbeState::Off(f.why),
-                }
-            };
-            report.probes.push(ProbeStatus {
-                area: area.name,
-                rdma: area.rdma,
-                spec: *spec,
-                state,
-            });
+                };
+                report.probes.push(ProbeStatus {
+                    area: area.name,
+                    rdma: area.rdma,
+                    spec: *spec,
+                    state,
+                });
+            }
         }
-    }
+    });
     phases.mark("kprobes verified and attached");
     report.timings = phases.out;
     if report.attached().next().is_none() {
@@ -532,20 +422,6 @@ mod tests {
             "the kernel programs now carry CO-RE relocations: give `load` the kernel BTF again"
         );
         assert!(obj.programs.len() > 10, "the probes are in the object");
-    }
-
-    #[test]
-    fn only_a_failed_perf_event_open_with_enoent_means_no_such_function() {
-        let err = |call, errno| {
-            ProgramError::SyscallError(aya::sys::SyscallError {
-                call,
-                io_error: std::io::Error::from_raw_os_error(errno),
-            })
-        };
-        assert!(symbol_missing(&err("perf_event_open", libc::ENOENT)));
-        assert!(!symbol_missing(&err("perf_event_open", libc::EINVAL)));
-        assert!(!symbol_missing(&err("bpf_link_create", libc::ENOENT)));
-        assert!(!symbol_missing(&ProgramError::AlreadyLoaded));
     }
 
     fn status(program: &str, state: ProbeState) -> ProbeStatus {

@@ -1,11 +1,18 @@
-//! Verifying the programs before attaching them, several at a time: the kernel's verifier runs
-//! each `BPF_PROG_LOAD` on the calling thread, so programs loaded from several threads are
+//! Verifying the programs on worker threads while the attach pass runs: the kernel's verifier
+//! runs each `BPF_PROG_LOAD` on the calling thread, so programs loaded from several threads are
 //! verified in parallel, while attaching (kprobe registration is serialized in the kernel)
-//! stays one at a time. Only the programs the attach pass will use first are verified here:
-//! the primaries (a fallback is loaded only if its primary does not attach), on hooks this
-//! host has (kprobes supported, the uprobe's library found).
+//! stays one at a time, on the loader's thread. Each program goes back to the attach pass as
+//! soon as it is verified, so the first probes attach while later programs are still being
+//! verified. Only the programs the attach pass will use first are verified ahead: the
+//! primaries (a fallback is loaded only if its primary does not attach), on hooks this host has
+//! (kprobes supported, the uprobe's library found), in the order the attach pass wants them.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::mpsc,
+    thread::Scope,
+};
 
 use aya::{
     programs::{BtfTracePoint, KProbe, Program, ProgramError, UProbe},
@@ -15,15 +22,15 @@ use aya::{
 use super::{kprobes_supported, program_error, uprobe};
 use crate::collect::{Area, Hook, ProbeSpec, Role};
 
-/// Each program's verification: `Ok` (loaded) or why the kernel refused it.
-pub(super) type Verified = HashMap<&'static str, Result<(), String>>;
-
-/// The programs of `areas` the attach pass will use first, with what loading them needs.
-fn wanted(areas: &[&Area], lib_dirs: &[PathBuf]) -> HashMap<&'static str, ProbeSpec> {
+/// The programs of `areas` the attach pass will use first, in its order, with what loading
+/// them needs.
+fn wanted(areas: &[&Area], lib_dirs: &[PathBuf]) -> Vec<ProbeSpec> {
     let kprobes = kprobes_supported();
-    let mut found = HashMap::new();
+    let mut found: Vec<ProbeSpec> = Vec::new();
     for spec in areas.iter().flat_map(|a| a.probes) {
-        if matches!(spec.role, Role::InsteadOf(_)) {
+        if matches!(spec.role, Role::InsteadOf(_))
+            || found.iter().any(|f| f.program == spec.program)
+        {
             continue;
         }
         let usable = match spec.hook {
@@ -33,10 +40,105 @@ fn wanted(areas: &[&Area], lib_dirs: &[PathBuf]) -> HashMap<&'static str, ProbeS
             Hook::PerfCpuClock => false,
         };
         if usable {
-            found.entry(spec.program).or_insert(*spec);
+            found.push(*spec);
         }
     }
     found
+}
+
+/// One program verified: its name, how it went, the program.
+type Done<'e> = (&'static str, Result<(), String>, &'e mut Program);
+
+/// The object's programs while some are being verified on worker threads.
+pub(super) struct Verifying<'e> {
+    done: mpsc::Receiver<Done<'e>>,
+    /// Programs back here (verified, or never sent: loaded when attached).
+    here: HashMap<&'static str, &'e mut Program>,
+    /// How each verified program went.
+    verified: HashMap<&'static str, Result<(), String>>,
+    /// Programs sent to be verified.
+    sent: HashSet<&'static str>,
+}
+
+impl Verifying<'_> {
+    /// The program `name`, waiting for its verification if it is under way; why not, if the
+    /// kernel refused it.
+    pub(super) fn program(&mut self, name: &str) -> Result<&mut Program, String> {
+        while !self.here.contains_key(name) && self.sent.contains(name) {
+            let Ok((n, r, p)) = self.done.recv() else {
+                return Err(format!(
+                    "the thread verifying program {name} stopped before it was done"
+                ));
+            };
+            self.verified.insert(n, r);
+            self.here.insert(n, p);
+        }
+        if let Some(Err(why)) = self.verified.get(name) {
+            return Err(why.clone());
+        }
+        self.here
+            .get_mut(name)
+            .map(|p| &mut **p)
+            .ok_or_else(|| format!("program {name} missing from the eBPF object"))
+    }
+}
+
+/// Starts verifying the programs of `areas` the attach pass will use first, on up to as many
+/// threads as there are CPUs (at most 4), within `scope`.
+pub(super) fn start<'scope, 'e>(
+    scope: &'scope Scope<'scope, 'e>,
+    ebpf: &'e mut Ebpf,
+    areas: &[&Area],
+    btf: Option<&'e Btf>,
+    lib_dirs: &[PathBuf],
+) -> Verifying<'e> {
+    let wanted = wanted(areas, lib_dirs);
+    // Every program under the name its specs use.
+    let names: HashMap<&str, &'static str> = areas
+        .iter()
+        .flat_map(|a| a.probes)
+        .map(|s| (s.program, s.program))
+        .collect();
+    let mut here: HashMap<&'static str, &'e mut Program> = ebpf
+        .programs_mut()
+        .filter_map(|(name, p)| names.get(name).map(|n| (*n, p)))
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4)
+        .min(wanted.len().max(1));
+    let mut shares: Vec<Vec<(ProbeSpec, &'e mut Program)>> =
+        (0..threads).map(|_| Vec::new()).collect();
+    let mut sent = HashSet::new();
+    for (i, spec) in wanted.into_iter().enumerate() {
+        if let Some(p) = here.remove(spec.program) {
+            shares[i % threads].push((spec, p));
+            sent.insert(spec.program);
+        }
+    }
+    let (tx, done) = mpsc::channel();
+    for share in shares {
+        let tx = tx.clone();
+        scope.spawn(move || {
+            for (spec, prog) in share {
+                // A panic in one load fails that program only (a scoped thread's panic would
+                // fail the whole start-up).
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    load(prog, &spec, btf)
+                }))
+                .unwrap_or_else(|_| Err("loading it panicked".to_string()));
+                if tx.send((spec.program, r, prog)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    Verifying {
+        done,
+        here,
+        verified: HashMap::new(),
+        sent,
+    }
 }
 
 /// Loads one program for its hook.
@@ -61,49 +163,4 @@ fn load(prog: &mut Program, spec: &ProbeSpec, btf: Option<&Btf>) -> Result<(), S
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(()),
         Err(e) => Err(program_error(e)),
     }
-}
-
-/// Verifies the programs of `areas` the attach pass will use first, on up to as many threads
-/// as there are CPUs (at most 4); returns how each went and how many threads ran.
-pub(super) fn all(
-    ebpf: &mut Ebpf,
-    areas: &[&Area],
-    btf: Option<&Btf>,
-    lib_dirs: &[PathBuf],
-) -> (Verified, usize) {
-    let wanted = wanted(areas, lib_dirs);
-    let mut progs: Vec<(&'static str, ProbeSpec, &mut Program)> = ebpf
-        .programs_mut()
-        .filter_map(|(name, p)| wanted.get(name).map(|s| (s.program, *s, p)))
-        .collect();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4)
-        .min(progs.len().max(1));
-    let mut shares: Vec<Vec<(&'static str, ProbeSpec, &mut Program)>> =
-        (0..threads).map(|_| Vec::new()).collect();
-    for (i, p) in progs.drain(..).enumerate() {
-        shares[i % threads].push(p);
-    }
-    let results = std::thread::scope(|s| {
-        let running: Vec<_> = shares
-            .into_iter()
-            .map(|share| {
-                s.spawn(move || {
-                    share
-                        .into_iter()
-                        .map(|(name, spec, prog)| (name, load(prog, &spec, btf)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        running
-            .into_iter()
-            .flat_map(|t| {
-                // A share whose thread panicked is loaded again, one by one, when attached.
-                t.join().unwrap_or_default()
-            })
-            .collect::<Verified>()
-    });
-    (results, threads)
 }

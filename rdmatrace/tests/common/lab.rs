@@ -119,28 +119,30 @@ pub fn qp_events<'a>(events: &'a [Value], pid: u32, dev: &str, qpn: u32) -> Vec<
     v
 }
 
-/// netem loss on a lab NIC for the life of the guard.
+/// netem on a lab NIC (loss, or delay) for the life of the guard.
 pub struct Loss {
     nic: String,
 }
 
 impl Loss {
+    /// `percent` % of the packets leaving the NIC dropped.
     pub fn on(nic_var: &str, percent: u32) -> Loss {
+        Loss::netem(nic_var, &["loss", &format!("{percent}%")])
+    }
+
+    /// Every packet leaving the NIC held `ms` milliseconds (nothing dropped).
+    pub fn delay(nic_var: &str, ms: u32) -> Loss {
+        Loss::netem(nic_var, &["delay", &format!("{ms}ms")])
+    }
+
+    fn netem(nic_var: &str, what: &[&str]) -> Loss {
         let nic = std::env::var(nic_var).unwrap_or_else(|_| panic!("{nic_var} not set by the lab"));
         let st = Command::new("tc")
-            .args([
-                "qdisc",
-                "replace",
-                "dev",
-                &nic,
-                "root",
-                "netem",
-                "loss",
-                &format!("{percent}%"),
-            ])
+            .args(["qdisc", "replace", "dev", &nic, "root", "netem"])
+            .args(what)
             .status()
             .expect("tc");
-        assert!(st.success(), "tc netem on {nic}");
+        assert!(st.success(), "tc netem {what:?} on {nic}");
         Loss { nic }
     }
 }

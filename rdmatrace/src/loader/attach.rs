@@ -1,0 +1,130 @@
+//! Attaching one probe: its program (verified, or loaded here) on its hook, and why not.
+
+use std::path::PathBuf;
+
+use aya::{
+    programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        BtfTracePoint, KProbe, PerfEvent, Program, ProgramError,
+    },
+    Btf,
+};
+
+use super::{kprobes_supported, program_error, resolve::LibSymbols, uprobe, LoadOptions};
+use crate::collect::{Hook, ProbeSpec};
+
+/// Why one probe did not attach.
+pub(super) struct Failed {
+    pub(super) why: String,
+    /// The kernel said its function does not exist (`perf_event_open`: ENOENT).
+    pub(super) absent: bool,
+}
+
+impl<S: Into<String>> From<S> for Failed {
+    fn from(why: S) -> Failed {
+        Failed {
+            why: why.into(),
+            absent: false,
+        }
+    }
+}
+
+/// Whether creating the kprobe failed because no function of that name exists in the kernel or
+/// a loaded module: the kernel answers ENOENT from its own symbol table, so /proc/kallsyms
+/// (read whole, a quarter of a second in the lab) need not be consulted.
+fn symbol_missing(e: &ProgramError) -> bool {
+    matches!(
+        e,
+        ProgramError::SyscallError(aya::sys::SyscallError { call: "perf_event_open", io_error })
+            if io_error.raw_os_error() == Some(libc::ENOENT)
+    )
+}
+
+/// Attaches `prog` (verified, or loaded here) to the hook of `spec`.
+pub(super) fn attach_one(
+    prog: &mut Program,
+    spec: &ProbeSpec,
+    aya_btf: Option<&Btf>,
+    opts: &LoadOptions,
+    lib_dirs: &[PathBuf],
+    libs: &mut LibSymbols,
+) -> Result<(), Failed> {
+    match spec.hook {
+        Hook::Kprobe | Hook::Kretprobe => {
+            if !kprobes_supported() {
+                return Err("this kernel has no kprobe support".into());
+            }
+            let p: &mut KProbe = prog.try_into().map_err(program_error)?;
+            // One program may serve several functions (e.g. rxe's two receive queues).
+            match p.load() {
+                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
+                Err(e) => return Err(program_error(e).into()),
+            }
+            p.attach(spec.target, 0).map_err(|e| Failed {
+                absent: symbol_missing(&e),
+                why: format!("cannot attach to {}: {}", spec.target, program_error(e)),
+            })?;
+        }
+        Hook::BtfTracepoint => {
+            let btf = aya_btf.ok_or("kernel BTF unavailable")?;
+            let p: &mut BtfTracePoint = prog.try_into().map_err(program_error)?;
+            match p.load(spec.target, btf) {
+                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
+                Err(e) => return Err(program_error(e).into()),
+            }
+            p.attach().map_err(|e| {
+                format!(
+                    "cannot attach to tp_btf/{}: {}",
+                    spec.target,
+                    program_error(e)
+                )
+            })?;
+        }
+        Hook::Uprobe { lib, cookie } => {
+            let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
+            uprobe::attach(prog, spec.target, &path, cookie, libs)?;
+        }
+        Hook::PerfCpuClock => {
+            let hz = opts.cpu_hz.ok_or("no sampling frequency given")?;
+            let cpus = aya::util::online_cpus()
+                .map_err(|(what, e)| format!("cannot list the online CPUs ({what}): {e}"))?;
+            let p: &mut PerfEvent = prog.try_into().map_err(program_error)?;
+            p.load().map_err(program_error)?;
+            for cpu in cpus {
+                p.attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(hz),
+                    false,
+                )
+                .map_err(|e| {
+                    format!(
+                        "cannot open a {hz} Hz cpu-clock perf event on CPU {cpu}: {} \
+                         (kernel.perf_event_max_sample_rate may be lower)",
+                        program_error(e)
+                    )
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_failed_perf_event_open_with_enoent_means_no_such_function() {
+        let err = |call, errno| {
+            ProgramError::SyscallError(aya::sys::SyscallError {
+                call,
+                io_error: std::io::Error::from_raw_os_error(errno),
+            })
+        };
+        assert!(symbol_missing(&err("perf_event_open", libc::ENOENT)));
+        assert!(!symbol_missing(&err("perf_event_open", libc::EINVAL)));
+        assert!(!symbol_missing(&err("bpf_link_create", libc::ENOENT)));
+        assert!(!symbol_missing(&ProgramError::AlreadyLoaded));
+    }
+}
