@@ -39,7 +39,8 @@ def doctor_hooks(path):
     out = {}
     for prog, t in targets.items():
         t = sorted(t)
-        out[prog] = "+".join(t) if len(t) <= 3 else f"{t[0]}+{len(t) - 1} more"
+        # One word: bench.sh's lines are split on spaces.
+        out[prog] = "+".join(t) if len(t) <= 3 else f"{t[0]}+{len(t) - 1}-more"
     return out
 
 
@@ -78,6 +79,7 @@ def main():
             hook = link.get("tp_name") or "btf:" + str(prog.get("name", "?"))
             add(hook, link.get("prog_id"))
     for hook, (ns, runs) in sorted(hooks.items()):
+        hook = "_".join(hook.split())
         if runs:
             print(f"prog_ns {tool}:{hook} {rnd} {ns / runs:.1f}")
         print(f"prog_runs {tool}:{hook} {rnd} {runs}")
