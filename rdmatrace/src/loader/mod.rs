@@ -247,7 +247,14 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
             (ebpf, t.elapsed())
         });
         let resolved = resolve::areas(opts, areas, &mut phases);
-        let aya_btf = resolved.is_ok().then(|| Btf::from_sys_fs().ok()).flatten();
+        // Only when a BTF tracepoint will be loaded (not with `--no-probe tcp,process`...).
+        let tracepoints = resolved.as_ref().is_ok_and(|(_, usable, _)| {
+            usable
+                .iter()
+                .flat_map(|a| a.probes)
+                .any(|p| matches!(p.hook, Hook::BtfTracepoint))
+        });
+        let aya_btf = tracepoints.then(|| Btf::from_sys_fs().ok()).flatten();
         phases.mark("kernel BTF parsed for the tracepoints");
         (resolved, aya_btf, loader.join())
     });
