@@ -7,7 +7,7 @@
 //! `ProbeContext::arg` / `RetProbeContext::ret` already follow the calling convention of that
 //! cfg; what they do not cover (the instruction pointer and the return address at a uprobe, and
 //! BTF-positioned arguments, which the verifier only lets us read at constant offsets) is here.
-//! BTF tracepoint arguments (`BtfTracePointContext::arg`) are not registers: they are the same on
+//! Raw tracepoint arguments (`RawTracePointContext::arg`) are not registers: they are the same on
 //! every architecture and are read where they are used.
 
 #[cfg(not(any(bpf_target_arch = "x86_64", bpf_target_arch = "aarch64")))]

@@ -139,14 +139,14 @@ fn lab_rdma_link_delete_is_recorded_and_tracing_goes_on() {
     assert!(after, "events after the removal are still traced");
 }
 
-/// Whether a doctor item is a tp_btf probe whose tracepoint this kernel does not have at all
-/// (no tracefs event of that name, and doctor says its BTF type is unknown).
+/// Whether a doctor item is a raw tracepoint probe whose tracepoint this kernel does not have at
+/// all (no tracefs event of that name, and doctor says so).
 fn tracepoint_absent(item: &Value) -> bool {
     let (Some(what), Some(detail)) = (item["item"].as_str(), item["detail"].as_str()) else {
         return false;
     };
     let Some(name) = what
-        .split("(tp_btf ")
+        .split("(raw_tp ")
         .nth(1)
         .and_then(|rest| rest.strip_suffix(')'))
     else {
@@ -157,7 +157,7 @@ fn tracepoint_absent(item: &Value) -> bool {
         .flatten()
         .filter_map(Result::ok)
         .any(|system| system.path().join(name).exists());
-    !in_tracefs && detail.contains(&format!("unknown BTF type `btf_trace_{name}`"))
+    !in_tracefs && detail.contains(&format!("this kernel has no tracepoint {name}"))
 }
 
 #[test]

@@ -9,7 +9,7 @@ to and its run_time_ns / run_cnt since it was loaded.
       bpftool 7.1 shows no owner or function for those links) are named by `rdmatrace doctor
       --json` (DOCTOR_JSON: its `probe AREA/PROGRAM (KIND TARGET)` items).
 
-Hooks: kprobes and uprobes by function, tracepoints by name, tp_btf/raw tracepoints by name;
+Hooks: kprobes and uprobes by function, tracepoints by name, raw tracepoints (and tp_btf) by name;
 a hook with several programs of the tool (entry + return) is summed. Uses bpftool's JSON.
 """
 import json

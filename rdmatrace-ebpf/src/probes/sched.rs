@@ -1,10 +1,10 @@
-//! Process lifecycle (BTF tracepoints: no tracefs needed), so that pid -> comm is known even for
-//! short-lived processes and a traced process's death is seen.
+//! Process lifecycle (raw tracepoints: neither tracefs nor the kernel's BTF needed), so that
+//! pid -> comm is known even for short-lived processes and a traced process's death is seen.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task},
-    macros::btf_tracepoint,
-    programs::BtfTracePointContext,
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
 };
 use rdmatrace_common::{
     config::{ProbeConfig, FILTER_ALL, FILTER_TRACED},
@@ -30,12 +30,12 @@ fn process_event(cfg: &ProbeConfig, kind: EventKind) -> ProcessEvent {
 }
 
 /// `sched_process_fork(parent, child)`: a child of a traced process is traced too.
-#[btf_tracepoint(function = "sched_process_fork")]
-pub fn process_fork(ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn process_fork(ctx: RawTracePointContext) -> u32 {
     try_process_fork(&ctx).unwrap_or(0)
 }
 
-fn try_process_fork(ctx: &BtfTracePointContext) -> Option<u32> {
+fn try_process_fork(ctx: &RawTracePointContext) -> Option<u32> {
     let cfg = config()?;
     if cfg.filter_mode != FILTER_TRACED || cfg.follow_forks == 0 {
         return None;
@@ -50,8 +50,8 @@ fn try_process_fork(ctx: &BtfTracePointContext) -> Option<u32> {
     Some(0)
 }
 
-#[btf_tracepoint(function = "sched_process_exec")]
-pub fn process_exec(_ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn process_exec(_ctx: RawTracePointContext) -> u32 {
     try_process_exec().unwrap_or(0)
 }
 
@@ -64,8 +64,8 @@ fn try_process_exec() -> Option<u32> {
     Some(0)
 }
 
-#[btf_tracepoint(function = "sched_process_exit")]
-pub fn process_exit(_ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn process_exit(_ctx: RawTracePointContext) -> u32 {
     try_process_exit().unwrap_or(0)
 }
 

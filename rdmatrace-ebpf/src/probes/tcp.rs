@@ -1,12 +1,12 @@
 //! TCP, for contrast with RDMA: retransmits attributed to the socket's owner (bcc's tcpretrans
 //! shows whoever is on CPU, usually nobody useful). Ownership is learnt where a process acts
 //! on the socket: `tcp_sendmsg` (kprobe, where kprobes exist) and connect, via
-//! `inet_sock_set_state` to SYN_SENT (BTF tracepoint, works everywhere).
+//! `inet_sock_set_state` to SYN_SENT (raw tracepoint, works everywhere).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
-    macros::{btf_tracepoint, kprobe, kretprobe},
-    programs::{BtfTracePointContext, ProbeContext, RetProbeContext},
+    macros::{kprobe, kretprobe, raw_tracepoint},
+    programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use rdmatrace_common::{
     config::ProbeConfig,
@@ -61,12 +61,12 @@ pub fn tcp_msg_sk(ctx: ProbeContext) -> u32 {
 
 /// `inet_sock_set_state(sk, oldstate, newstate)`: learns the owner at connect() (which runs in
 /// the caller's context) and reports every TCP state change with the socket's owner.
-#[btf_tracepoint(function = "inet_sock_set_state")]
-pub fn tcp_state(ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "inet_sock_set_state")]
+pub fn tcp_state(ctx: RawTracePointContext) -> u32 {
     try_tcp_state(&ctx).unwrap_or(0)
 }
 
-fn try_tcp_state(ctx: &BtfTracePointContext) -> Option<u32> {
+fn try_tcp_state(ctx: &RawTracePointContext) -> Option<u32> {
     let sk: u64 = ctx.arg(0);
     let newstate: i32 = ctx.arg(2);
     let r = tcp_state_event(ctx, sk, newstate);
@@ -77,7 +77,7 @@ fn try_tcp_state(ctx: &BtfTracePointContext) -> Option<u32> {
     r
 }
 
-fn tcp_state_event(ctx: &BtfTracePointContext, sk: u64, newstate: i32) -> Option<u32> {
+fn tcp_state_event(ctx: &RawTracePointContext, sk: u64, newstate: i32) -> Option<u32> {
     let oldstate: i32 = ctx.arg(1);
     // Connecting and listening run in the owner's context.
     if newstate == TCP_SYN_SENT || newstate == TCP_LISTEN {
@@ -134,12 +134,12 @@ fn tuple(cfg: &ProbeConfig, sk: u64, ev: &mut TcpTuple) {
 }
 
 /// `tcp_retransmit_skb(sk, skb, ...)`.
-#[btf_tracepoint(function = "tcp_retransmit_skb")]
-pub fn tcp_retransmit(ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
+pub fn tcp_retransmit(ctx: RawTracePointContext) -> u32 {
     try_tcp_retransmit(&ctx).unwrap_or(0)
 }
 
-fn try_tcp_retransmit(ctx: &BtfTracePointContext) -> Option<u32> {
+fn try_tcp_retransmit(ctx: &RawTracePointContext) -> Option<u32> {
     let cfg = config()?;
     let sk: u64 = ctx.arg(0);
     // SAFETY: all-zero is a valid value of this integer-only struct.
@@ -161,7 +161,7 @@ const IPPROTO_TCP: u16 = 6;
 /// `sock_send_length(sk, ret, flags)` / `sock_recv_length(sk, ret, flags)`: every socket
 /// send/recv in the caller's context; TCP ones are summed per process.
 #[inline(always)]
-fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
+fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
     let cfg = config()?;
     if !wanted(cfg) {
         return None;
@@ -223,13 +223,13 @@ fn add_bytes(cfg: &ProbeConfig, sk: u64, family: u16, bytes: u64, tx: bool) -> O
     Some(0)
 }
 
-#[btf_tracepoint(function = "sock_send_length")]
-pub fn tcp_send_bytes(ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sock_send_length")]
+pub fn tcp_send_bytes(ctx: RawTracePointContext) -> u32 {
     count(&ctx, true).unwrap_or(0)
 }
 
-#[btf_tracepoint(function = "sock_recv_length")]
-pub fn tcp_recv_bytes(ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sock_recv_length")]
+pub fn tcp_recv_bytes(ctx: RawTracePointContext) -> u32 {
     count(&ctx, false).unwrap_or(0)
 }
 

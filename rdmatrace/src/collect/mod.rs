@@ -24,8 +24,9 @@ pub mod verbs;
 pub enum Hook {
     Kprobe,
     Kretprobe,
-    /// BTF-enabled raw tracepoint (`tp_btf/<name>`).
-    BtfTracepoint,
+    /// Raw tracepoint (`raw_tp/<name>`): the tracepoint's own arguments, attached by name
+    /// (`BPF_RAW_TRACEPOINT_OPEN`); needs neither tracefs nor the kernel's BTF.
+    RawTracepoint,
     /// Uprobe at the entry of the exported function `target` of the shared library `lib`
     /// (found on this host), with `cookie` for `bpf_get_attach_cookie`.
     Uprobe {
@@ -42,7 +43,7 @@ impl std::fmt::Display for Hook {
         f.write_str(match self {
             Hook::Kprobe => "kprobe",
             Hook::Kretprobe => "kretprobe",
-            Hook::BtfTracepoint => "tp_btf",
+            Hook::RawTracepoint => "raw_tp",
             Hook::Uprobe { .. } => "uprobe",
             Hook::PerfCpuClock => "perf_event",
         })

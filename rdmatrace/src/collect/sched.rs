@@ -11,19 +11,19 @@ pub const AREA: Area = Area {
     probes: &[
         ProbeSpec {
             program: "process_fork",
-            hook: Hook::BtfTracepoint,
+            hook: Hook::RawTracepoint,
             target: "sched_process_fork",
             role: Role::Always,
         },
         ProbeSpec {
             program: "process_exec",
-            hook: Hook::BtfTracepoint,
+            hook: Hook::RawTracepoint,
             target: "sched_process_exec",
             role: Role::Always,
         },
         ProbeSpec {
             program: "process_exit",
-            hook: Hook::BtfTracepoint,
+            hook: Hook::RawTracepoint,
             target: "sched_process_exit",
             role: Role::Always,
         },

@@ -97,7 +97,7 @@ fn host_checks() -> Vec<Check> {
             "no kprobe PMU"
         },
         (!kprobes).then_some(
-            "QP, object, async, CM and rxe probes need CONFIG_KPROBES; BTF tracepoints still work",
+            "QP, object, async, CM and rxe probes need CONFIG_KPROBES; raw tracepoints still work",
         ),
     ));
     let tracefs = Path::new("/sys/kernel/tracing/events").exists();
@@ -106,7 +106,7 @@ fn host_checks() -> Vec<Check> {
         "tracefs",
         if tracefs { "mounted" } else { "not mounted" },
         (!tracefs).then_some(
-            "not needed: rdmatrace uses BTF tracepoints and perf kprobes (it mounts nothing)",
+            "not needed: rdmatrace uses raw tracepoints and perf kprobes (it mounts nothing)",
         ),
     ));
     for m in [

@@ -2,15 +2,12 @@
 
 use std::path::PathBuf;
 
-use aya::{
-    programs::{
-        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        BtfTracePoint, KProbe, PerfEvent, Program, ProgramError,
-    },
-    Btf,
+use aya::programs::{
+    perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    KProbe, PerfEvent, Program, ProgramError, RawTracePoint,
 };
 
-use super::{kprobes_supported, program_error, resolve::LibSymbols, uprobe, LoadOptions};
+use super::{kprobes_supported, program_error, resolve::LibSymbols, uprobe, verify, LoadOptions};
 use crate::collect::{Hook, ProbeSpec};
 
 /// Why one probe did not attach.
@@ -40,11 +37,20 @@ fn symbol_missing(e: &ProgramError) -> bool {
     )
 }
 
+/// Whether attaching a raw tracepoint failed because the kernel has no tracepoint of that name
+/// (`BPF_RAW_TRACEPOINT_OPEN`: ENOENT), e.g. `sock_send_length` before Linux 6.3.
+fn tracepoint_missing(e: &ProgramError) -> bool {
+    matches!(
+        e,
+        ProgramError::SyscallError(aya::sys::SyscallError { call, io_error })
+            if *call == "bpf_raw_tracepoint_open" && io_error.raw_os_error() == Some(libc::ENOENT)
+    )
+}
+
 /// Attaches `prog` (verified, or loaded here) to the hook of `spec`.
 pub(super) fn attach_one(
     prog: &mut Program,
     spec: &ProbeSpec,
-    aya_btf: Option<&Btf>,
     opts: &LoadOptions,
     lib_dirs: &[PathBuf],
     libs: &mut LibSymbols,
@@ -54,30 +60,27 @@ pub(super) fn attach_one(
             if !kprobes_supported() {
                 return Err("this kernel has no kprobe support".into());
             }
+            verify::load(prog, spec)?;
             let p: &mut KProbe = prog.try_into().map_err(program_error)?;
-            // One program may serve several functions (e.g. rxe's two receive queues).
-            match p.load() {
-                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
-                Err(e) => return Err(program_error(e).into()),
-            }
             p.attach(spec.target, 0).map_err(|e| Failed {
                 absent: symbol_missing(&e),
                 why: format!("cannot attach to {}: {}", spec.target, program_error(e)),
             })?;
         }
-        Hook::BtfTracepoint => {
-            let btf = aya_btf.ok_or("kernel BTF unavailable")?;
-            let p: &mut BtfTracePoint = prog.try_into().map_err(program_error)?;
-            match p.load(spec.target, btf) {
-                Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
-                Err(e) => return Err(program_error(e).into()),
-            }
-            p.attach().map_err(|e| {
-                format!(
-                    "cannot attach to tp_btf/{}: {}",
-                    spec.target,
-                    program_error(e)
-                )
+        Hook::RawTracepoint => {
+            verify::load(prog, spec)?;
+            let p: &mut RawTracePoint = prog.try_into().map_err(program_error)?;
+            p.attach(spec.target).map_err(|e| Failed {
+                absent: tracepoint_missing(&e),
+                why: if tracepoint_missing(&e) {
+                    format!("this kernel has no tracepoint {}", spec.target)
+                } else {
+                    format!(
+                        "cannot attach to raw_tp/{}: {}",
+                        spec.target,
+                        program_error(e)
+                    )
+                },
             })?;
         }
         Hook::Uprobe { lib, cookie } => {
@@ -126,5 +129,14 @@ mod tests {
         assert!(!symbol_missing(&err("perf_event_open", libc::EINVAL)));
         assert!(!symbol_missing(&err("bpf_link_create", libc::ENOENT)));
         assert!(!symbol_missing(&ProgramError::AlreadyLoaded));
+        assert!(tracepoint_missing(&err(
+            "bpf_raw_tracepoint_open",
+            libc::ENOENT
+        )));
+        assert!(!tracepoint_missing(&err(
+            "bpf_raw_tracepoint_open",
+            libc::EPERM
+        )));
+        assert!(!tracepoint_missing(&err("perf_event_open", libc::ENOENT)));
     }
 }

@@ -11,7 +11,7 @@ mod verify;
 
 use std::path::PathBuf;
 
-use aya::{maps::Array, programs::ProgramError, Btf, Ebpf, EbpfLoader};
+use aya::{maps::Array, programs::ProgramError, Ebpf, EbpfLoader};
 use rdmatrace_common::config::ProbeConfig;
 
 use crate::collect::{Area, Hook, ProbeSpec, Role, AREAS};
@@ -40,8 +40,6 @@ pub enum LoadError {
         #[source]
         source: btf::BtfError,
     },
-    #[error("cannot read the kernel BTF for tracepoints: {0}")]
-    AyaBtf(#[source] aya::BtfError),
     #[error("the eBPF object has no map `{0}`")]
     MissingMap(&'static str),
     #[error("cannot write the config map: {0}")]
@@ -234,10 +232,10 @@ fn program_error(e: ProgramError) -> String {
 pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let mut phases = Phases::new();
     // Two threads: a second one loads the object and creates its maps (the probes carry no
-    // CO-RE relocations, so the object needs no kernel BTF: see
-    // `the_probes_need_no_kernel_btf_to_load`) while this one reads BTF, resolves every area's
-    // offsets, then parses the kernel's BTF again for aya, which only the BTF tracepoints need.
-    let (resolved, aya_btf, loaded) = std::thread::scope(|s| {
+    // CO-RE relocations and no program is typed by the kernel's BTF, so the object needs no
+    // kernel BTF: see `the_probes_need_no_kernel_btf_to_load`) while this one reads BTF and
+    // resolves every area's offsets.
+    let (resolved, loaded) = std::thread::scope(|s| {
         let loader = s.spawn(|| {
             let t = std::time::Instant::now();
             let ebpf = EbpfLoader::new()
@@ -247,16 +245,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
             (ebpf, t.elapsed())
         });
         let resolved = resolve::areas(opts, areas, &mut phases);
-        // Only when a BTF tracepoint will be loaded (not with `--no-probe tcp,process`...).
-        let tracepoints = resolved.as_ref().is_ok_and(|(_, usable, _)| {
-            usable
-                .iter()
-                .flat_map(|a| a.probes)
-                .any(|p| matches!(p.hook, Hook::BtfTracepoint))
-        });
-        let aya_btf = tracepoints.then(|| Btf::from_sys_fs().ok()).flatten();
-        phases.mark("kernel BTF parsed for the tracepoints");
-        (resolved, aya_btf, loader.join())
+        (resolved, loader.join())
     });
     let (cfg, usable, mut report) = resolved?;
     phases.mark("waiting for the object load");
@@ -289,7 +278,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let mut libs = LibSymbols::new();
     let mut kallsyms = None;
     std::thread::scope(|s| {
-        let mut programs = verify::start(s, &mut ebpf, &usable, aya_btf.as_ref(), &lib_dirs);
+        let mut programs = verify::start(s, &mut ebpf, &usable, &lib_dirs);
         for area in &usable {
             for spec in area.probes {
                 let state = if let Some(why) = report.standby_reason(area.name, spec) {
@@ -298,12 +287,10 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
                     let r = programs
                         .program(spec.program)
                         .map_err(Failed::from)
-                        .and_then(|prog| {
-                            attach_one(prog, spec, aya_btf.as_ref(), opts, &lib_dirs, &mut libs)
-                        });
+                        .and_then(|prog| attach_one(prog, spec, opts, &lib_dirs, &mut libs));
                     phases.mark(match spec.hook {
                         Hook::Kprobe | Hook::Kretprobe => "kprobes verified and attached",
-                        Hook::BtfTracepoint => "tracepoints verified and attached",
+                        Hook::RawTracepoint => "tracepoints verified and attached",
                         Hook::Uprobe { .. } => "uprobes verified and attached",
                         Hook::PerfCpuClock => "perf events opened",
                     });
@@ -468,7 +455,7 @@ mod tests {
             .push(status("tcp_send_bytes", ProbeState::Attached));
         report.probes.push(status(
             "tcp_recv_bytes",
-            ProbeState::Off("unknown BTF type `btf_trace_sock_recv_length`".into()),
+            ProbeState::Off("this kernel has no tracepoint sock_recv_length".into()),
         ));
         assert_eq!(
             report
@@ -501,8 +488,10 @@ mod tests {
             .push(status("tcp_recv_bytes_ret", ProbeState::Attached));
         assert_eq!(
             report.off_lines(),
-            ["tcp probes off (sock_recv_length): unknown BTF type \
-              `btf_trace_sock_recv_length`; kretprobe tcp_recvmsg stands in"]
+            [
+                "tcp probes off (sock_recv_length): this kernel has no tracepoint \
+              sock_recv_length; kretprobe tcp_recvmsg stands in"
+            ]
         );
     }
 }

@@ -15,8 +15,8 @@ use std::{
 };
 
 use aya::{
-    programs::{BtfTracePoint, KProbe, Program, ProgramError, UProbe},
-    Btf, Ebpf,
+    programs::{KProbe, Program, ProgramError, RawTracePoint, UProbe},
+    Ebpf,
 };
 
 use super::{kprobes_supported, program_error, uprobe};
@@ -35,7 +35,7 @@ fn wanted(areas: &[&Area], lib_dirs: &[PathBuf]) -> Vec<ProbeSpec> {
         }
         let usable = match spec.hook {
             Hook::Kprobe | Hook::Kretprobe => kprobes,
-            Hook::BtfTracepoint => true,
+            Hook::RawTracepoint => true,
             Hook::Uprobe { lib, .. } => uprobe::find_library(lib, lib_dirs).is_ok(),
             Hook::PerfCpuClock => false,
         };
@@ -89,7 +89,6 @@ pub(super) fn start<'scope, 'e>(
     scope: &'scope Scope<'scope, 'e>,
     ebpf: &'e mut Ebpf,
     areas: &[&Area],
-    btf: Option<&'e Btf>,
     lib_dirs: &[PathBuf],
 ) -> Verifying<'e> {
     let wanted = wanted(areas, lib_dirs);
@@ -123,10 +122,9 @@ pub(super) fn start<'scope, 'e>(
             for (spec, prog) in share {
                 // A panic in one load fails that program only (a scoped thread's panic would
                 // fail the whole start-up).
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    load(prog, &spec, btf)
-                }))
-                .unwrap_or_else(|_| Err("loading it panicked".to_string()));
+                let r =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| load(prog, &spec)))
+                        .unwrap_or_else(|_| Err("loading it panicked".to_string()));
                 if tx.send((spec.program, r, prog)).is_err() {
                     return;
                 }
@@ -141,8 +139,9 @@ pub(super) fn start<'scope, 'e>(
     }
 }
 
-/// Loads one program for its hook.
-fn load(prog: &mut Program, spec: &ProbeSpec, btf: Option<&Btf>) -> Result<(), String> {
+/// Loads one program for its hook (a program already loaded, e.g. one serving several
+/// functions, is fine).
+pub(super) fn load(prog: &mut Program, spec: &ProbeSpec) -> Result<(), String> {
     let r = match spec.hook {
         Hook::Kprobe | Hook::Kretprobe => {
             let p: &mut KProbe = prog.try_into().map_err(program_error)?;
@@ -152,10 +151,9 @@ fn load(prog: &mut Program, spec: &ProbeSpec, btf: Option<&Btf>) -> Result<(), S
             let p: &mut UProbe = prog.try_into().map_err(program_error)?;
             p.load()
         }
-        Hook::BtfTracepoint => {
-            let btf = btf.ok_or("kernel BTF unavailable")?;
-            let p: &mut BtfTracePoint = prog.try_into().map_err(program_error)?;
-            p.load(spec.target, btf)
+        Hook::RawTracepoint => {
+            let p: &mut RawTracePoint = prog.try_into().map_err(program_error)?;
+            p.load()
         }
         Hook::PerfCpuClock => return Ok(()),
     };

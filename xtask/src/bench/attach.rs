@@ -146,8 +146,8 @@ pub fn section(s: &mut String, a: Result<&Attach, &String>) {
         s,
         "Target: ready in under {TARGET_MS:.0} ms with every probe this host's kernel offers. \
          Reproduce: `target/release/rdmatrace trace --json --duration 0.2`, timed from its exec \
-         to its ready line, {} runs after one warm-up. This host's kernel offers tracepoints, \
-         tp_btf and uprobes but no kprobes: {} probes attached, {} off (as `rdmatrace doctor` \
+         to its ready line, {} runs after one warm-up. This host's kernel offers raw \
+         tracepoints and uprobes but no kprobes: {} probes attached, {} off (as `rdmatrace doctor` \
          lists them).\n",
         a.runs, a.attached, a.off
     );
