@@ -1,9 +1,12 @@
 //! Common plumbing: config lookup, in-kernel filter, event header, ring-buffer output with loss
 //! accounting.
 
-use aya_ebpf::helpers::{
-    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-    bpf_get_smp_processor_id, bpf_ktime_get_ns,
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns,
+    },
 };
 use rdmatrace_common::{
     config::{ProbeConfig, FILTER_ALL, FILTER_CGROUP},
@@ -82,7 +85,7 @@ pub fn note_cgroup() {
         fill(&mut (*ev).header, EventKind::ProcessCgroup as u32, id);
         (*ev).cgroup_id = cgroup;
     }
-    entry.submit(0);
+    entry.submit(wake_flags());
 }
 
 /// Fills `h` for the current task (pid_tgid `id`), without the cgroup check.
@@ -106,10 +109,26 @@ pub fn header(h: &mut EventHeader, kind: u32) {
     fill(h, kind, bpf_get_current_pid_tgid());
 }
 
+/// Whether a record sent now wakes the reader. User space drains the ring on a short timer
+/// anyway (`limits::DRAIN_MS`), so a record does not wake it (a wake-up is an irq_work, then
+/// a task woken on another CPU: in the lab it cost several times the program that sent the
+/// record) — unless an eighth of the ring is already waiting, when waiting for the timer could
+/// let a burst fill it.
+#[inline(always)]
+pub fn wake_flags() -> u64 {
+    let waiting = EVENTS.query(u64::from(BPF_RB_AVAIL_DATA));
+    let size = EVENTS.query(u64::from(BPF_RB_RING_SIZE));
+    if waiting.saturating_mul(8) >= size {
+        u64::from(BPF_RB_FORCE_WAKEUP)
+    } else {
+        u64::from(BPF_RB_NO_WAKEUP)
+    }
+}
+
 /// Sends `event` to user space; counts it in `LOST` if the ring buffer is full.
 #[inline(always)]
 pub fn output<T: 'static>(event: &T) {
-    if EVENTS.output::<T>(event, 0).is_err() {
+    if EVENTS.output::<T>(event, wake_flags()).is_err() {
         lost();
     }
 }

@@ -57,16 +57,17 @@ impl RingSource {
         })
     }
 
-    /// Waits until the ring buffer has data. Readiness is cleared before returning, so the
-    /// caller must then [`drain_now`](Self::drain_now): data that arrives meanwhile is drained
-    /// too, and data after the drain wakes the next wait.
+    /// Waits until the kernel wakes this reader. The programs do so only once an eighth of the
+    /// ring is waiting (a wake-up per record is costly), so the caller also drains on a timer
+    /// (`limits::DRAIN_MS`). Readiness is cleared before returning, so the caller must then
+    /// [`drain_now`](Self::drain_now).
     pub async fn wait_readable(&mut self) -> Result<(), SourceError> {
         let mut guard = self.ring.readable_mut().await.map_err(SourceError::Poll)?;
         guard.clear_ready();
         Ok(())
     }
 
-    /// Hands every record available right now to `f` (used at exit).
+    /// Hands every record available right now to `f`.
     pub fn drain_now(&mut self, f: &mut impl FnMut(&[u8])) -> usize {
         drain(self.ring.get_mut(), f)
     }

@@ -7,6 +7,7 @@
 #   bench.sh RDMATRACE_BINARY OUT_DIR ROUNDS
 set -u
 rt=$1 out=$2 rounds=${3:-5}
+w=${RDMATRACE_WORKLOADS:-target/release}
 mkdir -p "$out"
 res=$out/lab.txt
 : >"$res"
@@ -68,16 +69,43 @@ start_tracer() {
     put attach_ms "$tool" "$round" $((($(now_ns) - t0) / 1000000))
 }
 
-# SIGINT the tracer; records its peak RSS and CPU time while attached, and each of its
-# programs' cost (bpf_stats) per hook.
+# The tracer's peak RSS and CPU time so far (attach and the perftest runs).
+tracer_usage() {
+    local tool=$1
+    put rss_kib "$tool" "$round" "$(awk '/^VmHWM/ {print $2}' /proc/$tpid/status)"
+    put cpu_ms "$tool" "$round" "$(awk -v t="$tck" '{print ($14 + $15) * 1000 / t}' /proc/$tpid/stat)"
+}
+
+# Control-path churn under a tracer, so that its control-path programs run hundreds of times a
+# round: with a handful of runs, a program's time per run is mostly the emulator translating
+# its code the first time (TCG), not the program. QPs created, brought to INIT and destroyed
+# (verbs, restrack), processes forked, exec'd and exited, loopback TCP connections opened, used
+# and closed.
+churn() {
+    "$w/rt-manyqp" --dev rxe0 --qps 200 --hold 0 >/dev/null || say "rt-manyqp failed in the churn"
+    for _ in $(seq 200); do /bin/true; done
+    python3 - <<'PY' || say "the TCP churn failed"
+import socket
+lst = socket.socket()
+lst.bind(("127.0.0.1", 0))
+lst.listen(64)
+for _ in range(200):
+    c = socket.create_connection(lst.getsockname())
+    s, _ = lst.accept()
+    c.sendall(b"x")
+    s.recv(1)
+    s.close()
+    c.close()
+PY
+}
+
+# SIGINT the tracer after reading each of its programs' cost (bpf_stats) per hook.
 stop_tracer() {
     local tool=$1
     if [ $stats = 1 ]; then
         python3 xtask/lab/bpfstats.py "$tpid" "$tool" "$round" "$out/doctor.json" >>"$res" ||
             say "bpf_stats of $tool could not be read"
     fi
-    put rss_kib "$tool" "$round" "$(awk '/^VmHWM/ {print $2}' /proc/$tpid/status)"
-    put cpu_ms "$tool" "$round" "$(awk -v t="$tck" '{print ($14 + $15) * 1000 / t}' /proc/$tpid/stat)"
     kill -INT "$tpid"
     wait "$tpid"
     if [ "$tool" = rdmatrace ]; then
@@ -112,7 +140,11 @@ measure() {
     [ "$tool" = none ] || start_tracer "$tool"
     bw=$(perf ib_write_bw -s 65536 -n 500 | awk '$1 == 65536 && NF >= 4 {print $4}')
     lat=$(perf ib_send_lat -s 2 -n 1000 | awk '$1 == 2 && NF >= 5 {print $5}')
-    [ "$tool" = none ] || stop_tracer "$tool"
+    if [ "$tool" != none ]; then
+        tracer_usage "$tool"
+        churn
+        stop_tracer "$tool"
+    fi
     [ -n "$bw" ] && [ -n "$lat" ] || { say "no figures from perftest ($tool)"; exit 1; }
     put bw_mbps "$tool" "$round" "$bw"
     put lat_p50_us "$tool" "$round" "$lat"
@@ -149,5 +181,5 @@ fi
 # Fresh recordings of today's probe set, for their size per event.
 bash xtask/lab/sizes.sh "$rt" "$out"
 # 10,000 QPs held under the recorder: its QP-table sampler's CPU per second, its RSS.
-bash xtask/lab/manyqp.sh "$rt" "${RDMATRACE_WORKLOADS:-target/release}" "$out" 10000
+bash xtask/lab/manyqp.sh "$rt" "$w" "$out" 10000
 put done - - 1

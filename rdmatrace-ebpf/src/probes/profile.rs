@@ -11,7 +11,7 @@ use aya_ebpf::{
 use rdmatrace_common::event::{CpuSampleEvent, EventKind, STACK_DEPTH};
 
 use crate::{
-    emit::{config, header, lost, note_cgroup, wanted},
+    emit::{config, header, lost, note_cgroup, wake_flags, wanted},
     maps::EVENTS,
 };
 
@@ -49,6 +49,6 @@ fn try_cpu_sample(ctx: &PerfEventContext) -> Option<u32> {
         (*ev).user_frames = if user > 0 { user as u32 / 8 } else { 0 };
         (*ev).kernel_frames = if kernel > 0 { kernel as u32 / 8 } else { 0 };
     }
-    entry.submit(0);
+    entry.submit(wake_flags());
     Some(0)
 }

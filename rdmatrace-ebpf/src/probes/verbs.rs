@@ -12,7 +12,7 @@ use aya_ebpf::{
 use rdmatrace_common::event::{EventKind, VerbsCallEvent, STACK_DEPTH};
 
 use crate::{
-    emit::{config, header, lost, note_cgroup, wanted},
+    emit::{config, header, lost, note_cgroup, wake_flags, wanted},
     maps::EVENTS,
     regs,
 };
@@ -56,6 +56,6 @@ fn try_verbs_call(ctx: &ProbeContext) -> Option<u32> {
         ips[1] = regs::uprobe_return_address(ctx);
         (*ev).frames = if ips[1] == 0 { 1 } else { walked.max(1) + 1 };
     }
-    entry.submit(0);
+    entry.submit(wake_flags());
     Some(0)
 }

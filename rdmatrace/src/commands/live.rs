@@ -180,6 +180,10 @@ async fn run<S: Sink>(
     let deadline = duration.map(|d| Instant::now() + d);
     let mut tick = interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // The programs do not wake this task for every record (see `wake_flags` in the kernel
+    // programs): the ring is drained on this timer, and at once when it fills up.
+    let mut drain = interval(Duration::from_millis(rdmatrace_common::limits::DRAIN_MS));
+    drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let end = loop {
         let wake = tokio::select! {
             _ = sigint.recv() => Wake::End(End::Signal),
@@ -190,6 +194,7 @@ async fn run<S: Sink>(
             status = async { command.as_mut().map(|c| c.wait()).expect("guarded").await },
                 if command.is_some() => Wake::End(End::CommandExited(status.context("cannot wait for the command")?)),
             _ = tick.tick() => Wake::Tick,
+            _ = drain.tick() => Wake::Data,
             r = source.wait_readable() => { r?; Wake::Data }
         };
         match wake {

@@ -76,7 +76,10 @@ pub fn section(s: &mut String, lab: &LabResults) {
         s,
         "Each program's run time per run (ns, median over rounds; runs per round in brackets) as \
          the kernel accounts it with `kernel.bpf_stats_enabled=1`, read with `bpftool` \
-         (`xtask/lab/bpfstats.py`) before each tracer stops; a hook with an entry and a return \
+         (`xtask/lab/bpfstats.py`) before each tracer stops, after the round's perftest runs \
+         and the control-path churn (without the churn, control-path programs ran a handful of \
+         times a round and their time per run was mostly TCG translating their code on first \
+         use); a hook with an entry and a return \
          program counts both; a program on several hooks (`a+b`) is compared with the other programs \
          on those hooks taken together (runs summed, time per run weighted by runs). The floor is an empty bpftrace program on the per-packet hooks \
          during one extra perftest pass. Targets: every rdmatrace program at or below its \

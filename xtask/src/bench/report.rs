@@ -166,7 +166,7 @@ fn storm_section(s: &mut String, storms: &[Storm]) {
         s,
         "Target: 0 lost at 2 M events/s. `rt-storm --mode tcp` (tests/workloads) opens \
          loopback TCP connections and resets them, one worker per CPU; each connection is about \
-         7 `tcp_state` events (tp_btf `inet_sock_set_state`, both ends). It is the fastest \
+         7 `tcp_state` events (raw tracepoint `inet_sock_set_state`, both ends). It is the fastest \
          traced hook this host offers: it has no RDMA stack, a fork/exit storm reached only \
          ~1 k events/s here, and the TCP byte counters aggregate in the kernel instead of \
          emitting events. The rate reached is far below 2 M events/s, so the target rate \
@@ -223,8 +223,10 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
          index 1) from rxe0 (192.0.2.1) to rxe1 (192.0.2.2) over the lab's wire, {} rounds; each \
          round runs no tracer, `rdmatrace record` (all default probes) and an equivalent \
          bpftrace script (same kprobes/tracepoints; per-packet hooks counted in maps, the rest \
-         printed) in a rotating order. Overhead = median over rounds of (with tracer / without, \
-         same round) − 1.\n",
+         printed) in a rotating order; under each tracer, once perftest is done, a control-path \
+         churn follows (200 QPs created, brought to INIT and destroyed by `rt-manyqp`; 200 \
+         processes run; 200 loopback TCP connections), for the per-program costs below. \
+         Overhead = median over rounds of (with tracer / without, same round) − 1.\n",
         lab.kernel,
         match lab.kvm {
             Some(true) => "qemu with **KVM**",
@@ -298,7 +300,7 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
     let cpu = |t: &str| median(&lab.values("cpu_ms", t));
     let _ = writeln!(
         s,
-        "| tracer CPU per round, attach included (median) | — | {} | {} |",
+        "| tracer CPU per round: attach and perftest (median) | — | {} | {} |",
         opt(cpu("rdmatrace"), |v| format!("{v:.0} ms")),
         opt(cpu("bpftrace"), |v| format!("{v:.0} ms"))
     );

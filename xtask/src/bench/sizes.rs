@@ -141,7 +141,7 @@ pub(super) fn size_section(s: &mut String, i: &Inputs<'_>) {
         if e > 0.0 {
             let _ = writeln!(
                 s,
-                "| lab: ib_write_bw + ib_send_lat under `record` ({} runs) | current | {e:.0} | {b:.0} | {:.1} | not measured | `{}` |",
+                "| lab: ib_write_bw + ib_send_lat + control-path churn under `record` ({} runs) | current | {e:.0} | {b:.0} | {:.1} | not measured | `{}` |",
                 ev.len(),
                 b / e,
                 i.reproduce
