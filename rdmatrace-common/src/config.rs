@@ -176,11 +176,18 @@ pub struct ProbeConfig {
     /// `ib_create_srq_user(pd, srq_init_attr, ...)` argument positions.
     pub srq_arg_pd: u32,
     pub srq_arg_attr: u32,
+    /// `task_struct.nsproxy`, `nsproxy.mnt_ns`, `mnt_namespace.ns.inum`: the mount namespace
+    /// of an exec'ing process, compared with `own_mnt_ns`, the inode number of rdmatrace's own
+    /// (0: unknown). An exec in another one (a container) wakes the reader at once.
+    pub task_nsproxy: u32,
+    pub nsproxy_mnt_ns: u32,
+    pub mnt_ns_inum: u32,
+    pub own_mnt_ns: u32,
 }
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 48 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 52 * 4);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -301,6 +308,10 @@ impl ProbeConfig {
             dev_attr_queue: [U; 3],
             srq_arg_pd: U,
             srq_arg_attr: U,
+            task_nsproxy: U,
+            nsproxy_mnt_ns: U,
+            mnt_ns_inum: U,
+            own_mnt_ns: 0,
         }
     }
 }

@@ -8,9 +8,9 @@ pub const DEV_NAME_LEN: usize = 64;
 pub const GID_LEN: usize = 16;
 /// Default size of the event ring buffer (bytes, power of two, multiple of the page size).
 pub const RINGBUF_BYTES: u32 = 1 << 22;
-/// How often user space drains the ring buffer whether or not it was woken (ms): records do not
-/// wake the reader until an eighth of the ring is waiting, so this bounds how late an event is
-/// seen.
+/// How often user space drains the ring buffer whether or not it was woken (ms): records (but
+/// an exec's) do not wake the reader until an eighth of the ring is waiting, so this bounds how
+/// late an event is seen.
 pub const DRAIN_MS: u64 = 20;
 /// How many in-flight probed calls (entry seen, return not yet) are tracked at once.
 pub const MAX_INFLIGHT: u32 = 4096;

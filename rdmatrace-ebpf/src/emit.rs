@@ -133,6 +133,19 @@ pub fn output<T: 'static>(event: &T) {
     }
 }
 
+/// Sends `event` to user space and wakes the reader at once: for the records user space acts on
+/// in a hurry (an exec: the new process's own copy of a verbs library is looked for and probed
+/// before its first calls). Counts it in `LOST` if the ring buffer is full.
+#[inline(always)]
+pub fn output_now<T: 'static>(event: &T) {
+    if EVENTS
+        .output::<T>(event, u64::from(BPF_RB_FORCE_WAKEUP))
+        .is_err()
+    {
+        lost();
+    }
+}
+
 /// Counts one event that found the ring buffer full.
 #[inline(always)]
 pub fn lost() {

@@ -58,9 +58,9 @@ impl RingSource {
     }
 
     /// Waits until the kernel wakes this reader. The programs do so only once an eighth of the
-    /// ring is waiting (a wake-up per record is costly), so the caller also drains on a timer
-    /// (`limits::DRAIN_MS`). Readiness is cleared before returning, so the caller must then
-    /// [`drain_now`](Self::drain_now).
+    /// ring is waiting, or for an exec (a wake-up per record is costly), so the caller also
+    /// drains on a timer (`limits::DRAIN_MS`). Readiness is cleared before returning, so the
+    /// caller must then [`drain_now`](Self::drain_now).
     pub async fn wait_readable(&mut self) -> Result<(), SourceError> {
         let mut guard = self.ring.readable_mut().await.map_err(SourceError::Poll)?;
         guard.clear_ready();

@@ -12,7 +12,7 @@ use rdmatrace_common::{
 };
 
 use crate::{
-    emit::{config, header, output, wanted},
+    emit::{config, header, output, output_now, wanted},
     maps::TRACED,
     read,
 };
@@ -60,8 +60,30 @@ fn try_process_exec() -> Option<u32> {
     if !wanted(cfg) {
         return None;
     }
-    output(&process_event(cfg, EventKind::ProcessExec));
+    let ev = process_event(cfg, EventKind::ProcessExec);
+    // In a container, the reader looks for the new process's own copies of the verbs
+    // libraries at once (see `output_now`); elsewhere the host's copies are probed already.
+    if in_other_mount_ns(cfg) {
+        output_now(&ev);
+    } else {
+        output(&ev);
+    }
     Some(0)
+}
+
+/// Whether the current task's mount namespace is not rdmatrace's own; `true` when that cannot
+/// be told (an offset unresolved, a read failed).
+#[inline(always)]
+fn in_other_mount_ns(cfg: &ProbeConfig) -> bool {
+    if cfg.own_mnt_ns == 0 {
+        return true;
+    }
+    // SAFETY: helper without preconditions; used only through checked reads.
+    let task = unsafe { bpf_get_current_task() };
+    let inum = read::field::<u64>(task, cfg.task_nsproxy)
+        .and_then(|ns| read::field::<u64>(ns, cfg.nsproxy_mnt_ns))
+        .and_then(|mnt| read::field::<u32>(mnt, cfg.mnt_ns_inum));
+    inum != Some(cfg.own_mnt_ns)
 }
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]

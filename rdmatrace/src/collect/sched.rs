@@ -44,5 +44,14 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
     cfg.task_real_parent = opt("parent pid", offset_of(btf, "task_struct", "real_parent"));
     cfg.task_tgid = opt("parent pid", offset_of(btf, "task_struct", "tgid"));
     cfg.task_exit_code = opt("exit code", offset_of(btf, "task_struct", "exit_code"));
+    // Which execs wake the reader at once (those in another mount namespace); unresolved, every
+    // exec does.
+    cfg.task_nsproxy = offset_of(btf, "task_struct", "nsproxy").unwrap_or(UNRESOLVED);
+    cfg.nsproxy_mnt_ns = offset_of(btf, "nsproxy", "mnt_ns").unwrap_or(UNRESOLVED);
+    cfg.mnt_ns_inum = offset_of(btf, "mnt_namespace", "ns.inum").unwrap_or(UNRESOLVED);
+    cfg.own_mnt_ns = std::fs::metadata("/proc/self/ns/mnt")
+        .ok()
+        .and_then(|m| u32::try_from(std::os::unix::fs::MetadataExt::ino(&m)).ok())
+        .unwrap_or(0);
     Ok(notes)
 }
