@@ -11,7 +11,7 @@ pub const RINGBUF_BYTES: u32 = 1 << 22;
 /// How often user space drains the ring buffer whether or not it was woken (ms): records (but
 /// an exec's) do not wake the reader until an eighth of the ring is waiting, so this bounds how
 /// late an event is seen.
-pub const DRAIN_MS: u64 = 20;
+pub const DRAIN_MS: u64 = 100;
 /// How many in-flight probed calls (entry seen, return not yet) are tracked at once.
 pub const MAX_INFLIGHT: u32 = 4096;
 /// Marks an offset or argument index that BTF could not resolve on this kernel: the program skips
