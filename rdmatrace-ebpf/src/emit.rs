@@ -125,23 +125,25 @@ pub fn wake_flags() -> u64 {
     }
 }
 
-/// Sends `event` to user space; counts it in `LOST` if the ring buffer is full.
+/// Sends `event` to user space, waking the reader only when the ring fills up
+/// ([`wake_flags`]).
 #[inline(always)]
 pub fn output<T: 'static>(event: &T) {
-    if EVENTS.output::<T>(event, wake_flags()).is_err() {
-        lost();
-    }
+    send(event, wake_flags());
 }
 
 /// Sends `event` to user space and wakes the reader at once: for the records user space acts on
 /// in a hurry (an exec: the new process's own copy of a verbs library is looked for and probed
-/// before its first calls). Counts it in `LOST` if the ring buffer is full.
+/// before its first calls).
 #[inline(always)]
 pub fn output_now<T: 'static>(event: &T) {
-    if EVENTS
-        .output::<T>(event, u64::from(BPF_RB_FORCE_WAKEUP))
-        .is_err()
-    {
+    send(event, u64::from(BPF_RB_FORCE_WAKEUP));
+}
+
+/// Copies `event` into the ring buffer with `flags`; counts it in `LOST` if the ring is full.
+#[inline(always)]
+fn send<T: 'static>(event: &T, flags: u64) {
+    if EVENTS.output::<T>(event, flags).is_err() {
         lost();
     }
 }

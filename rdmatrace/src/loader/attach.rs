@@ -70,21 +70,25 @@ pub(super) fn attach_one(
         Hook::RawTracepoint => {
             verify::load(prog, spec)?;
             let p: &mut RawTracePoint = prog.try_into().map_err(program_error)?;
-            p.attach(spec.target).map_err(|e| Failed {
-                absent: tracepoint_missing(&e),
-                why: if tracepoint_missing(&e) {
-                    format!("this kernel has no tracepoint {}", spec.target)
-                } else {
-                    format!(
-                        "cannot attach to raw_tp/{}: {}",
-                        spec.target,
-                        program_error(e)
-                    )
-                },
+            p.attach(spec.target).map_err(|e| {
+                let absent = tracepoint_missing(&e);
+                Failed {
+                    absent,
+                    why: if absent {
+                        format!("this kernel has no tracepoint {}", spec.target)
+                    } else {
+                        format!(
+                            "cannot attach to raw_tp/{}: {}",
+                            spec.target,
+                            program_error(e)
+                        )
+                    },
+                }
             })?;
         }
         Hook::Uprobe { lib, cookie } => {
             let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
+            verify::load(prog, spec)?;
             uprobe::attach(prog, spec.target, &path, cookie, libs)?;
         }
         Hook::PerfCpuClock => {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use aya::programs::{
     uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-    ProgramError, UProbe,
+    UProbe,
 };
 
 use object::{
@@ -201,7 +201,7 @@ impl Symbols {
     }
 }
 
-/// Attaches the uprobe program `prog` at `symbol` of the shared object at `path` (every
+/// Attaches the uprobe program `prog` (loaded already: `verify::load`) at `symbol` of the shared object at `path` (every
 /// process that maps that file), told which function by `cookie`.
 pub(super) fn attach(
     prog: &mut aya::programs::Program,
@@ -217,10 +217,6 @@ pub(super) fn attach(
         .map_err(Clone::clone)?;
     let offset = symbols.offset(symbol).map_err(|e| e.to_string())?;
     let p: &mut UProbe = prog.try_into().map_err(super::program_error)?;
-    match p.load() {
-        Ok(()) | Err(ProgramError::AlreadyLoaded) => {}
-        Err(e) => return Err(super::program_error(e)),
-    }
     let point = UProbeAttachPoint {
         location: UProbeAttachLocation::AbsoluteOffset(offset),
         cookie: Some(cookie),
