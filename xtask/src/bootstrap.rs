@@ -139,6 +139,8 @@ const PACKAGES: &[(&str, Option<&str>)] = &[
     ("libclang-dev", None),
     ("clang", None),
     ("pkg-config", None),
+    // bpftool: the pressure test fills and counts the tracer's maps with it.
+    ("bpftool", None),
 ];
 
 const BACKPORTS: &str = "/etc/apt/sources.list.d/rdmatrace-bookworm-backports.sources";

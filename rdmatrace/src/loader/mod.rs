@@ -9,7 +9,7 @@ mod resolve;
 pub mod uprobe;
 mod verify;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, sync::Mutex, thread::JoinHandle};
 
 use aya::{maps::Array, programs::ProgramError, Ebpf, EbpfLoader};
 use rdmatrace_common::config::ProbeConfig;
@@ -228,6 +228,70 @@ fn program_error(e: ProgramError) -> String {
     }
 }
 
+/// An `EbpfLoader` being made on a thread of its own (see [`prepare`]).
+static PREPARED: Mutex<Option<JoinHandle<EbpfLoader<'static>>>> = Mutex::new(None);
+
+/// Where the loader's thread finds no kernel BTF (see [`loader_without_btf`]).
+const NO_BTF_ROOT: &std::ffi::CStr = c"/sys/kernel/btf";
+
+/// A loader that has not read the kernel's BTF. aya 0.14's `EbpfLoader::new` reads and parses
+/// all of `/sys/kernel/btf/vmlinux`; this object needs none of it (`load` sets `.btf(None)`), the
+/// loader has no other constructor and its fields are private. In the emulated lab that parse
+/// was most of the object load (about 0.7 s of 1 s). So the loader is made on a thread of its
+/// own that first takes its own root and working directory (`unshare(CLONE_FS)`: this thread
+/// only, nothing changes for the process or the host) and moves its root to a directory below
+/// which the kernel's BTF is not found: the read fails at once and the loader comes out without
+/// BTF, as `load` wants it. Without CAP_SYS_CHROOT (or if unsharing fails) the thread makes an
+/// ordinary loader, which parses the BTF as before. The thread ends when the loader is made.
+fn loader_without_btf() -> EbpfLoader<'static> {
+    leave_kernel_btf_behind();
+    EbpfLoader::new()
+}
+
+/// Moves the calling thread's root (its own, once `CLONE_FS` is unshared) to
+/// [`NO_BTF_ROOT`]; whether it did. Only for a thread that ends soon after: it no longer sees
+/// the host's files.
+fn leave_kernel_btf_behind() -> bool {
+    // SAFETY: unshare(CLONE_FS) gives the calling thread a copy of the process's root, working
+    // directory and umask; no memory is involved.
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+        return false;
+    }
+    // SAFETY: a NUL-terminated path; with CLONE_FS unshared above, chroot moves this thread's
+    // root only (never reached when unsharing failed).
+    unsafe { libc::chroot(NO_BTF_ROOT.as_ptr()) == 0 }
+}
+
+/// Starts making the object's loader now, on a thread of its own (see
+/// [`loader_without_btf`]). A command that knows it will load probes calls this first, so that
+/// it overlaps the rest of its start-up; `load` takes the loader made here, or makes one.
+pub fn prepare() {
+    let Ok(mut prepared) = PREPARED.lock() else {
+        return;
+    };
+    if prepared.is_none() {
+        *prepared = spawn_loader();
+    }
+}
+
+fn spawn_loader() -> Option<JoinHandle<EbpfLoader<'static>>> {
+    std::thread::Builder::new()
+        .name("rdmatrace-prep".into())
+        .spawn(loader_without_btf)
+        .ok()
+}
+
+/// The loader [`prepare`] started, or one made now.
+fn prepared_loader() -> EbpfLoader<'static> {
+    PREPARED
+        .lock()
+        .ok()
+        .and_then(|mut p| p.take())
+        .or_else(spawn_loader)
+        .and_then(|h| h.join().ok())
+        .unwrap_or_default()
+}
+
 /// Loads the object, resolves every area's offsets, attaches what this kernel allows.
 pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let mut phases = Phases::new();
@@ -238,7 +302,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let (resolved, loaded) = std::thread::scope(|s| {
         let loader = s.spawn(|| {
             let t = std::time::Instant::now();
-            let ebpf = EbpfLoader::new()
+            let ebpf = prepared_loader()
                 .btf(None)
                 .map_max_entries("EVENTS", opts.ringbuf_bytes)
                 .load(PROBES_OBJ);
@@ -405,6 +469,28 @@ pub fn area_names() -> Vec<&'static str> {
 mod tests {
     use super::*;
     use crate::collect::tcp;
+
+    /// The thread that makes aya's loader stops seeing the kernel's BTF, and nothing else
+    /// changes: the process (this thread) still sees it, its root unmoved.
+    #[test]
+    #[ignore = "root: moving a thread's root needs CAP_SYS_CHROOT; run through `cargo xtask test`"]
+    fn root_the_loader_thread_alone_loses_sight_of_the_kernel_btf() {
+        let btf = std::path::Path::new("/sys/kernel/btf/vmlinux");
+        assert!(btf.exists(), "this host has no kernel BTF to hide");
+        let root = || {
+            std::fs::metadata("/")
+                .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+                .ok()
+        };
+        let before = root();
+        let (moved, seen) = std::thread::spawn(|| (super::leave_kernel_btf_behind(), btf.exists()))
+            .join()
+            .expect("the thread ran");
+        assert!(moved, "the thread's root was not moved");
+        assert!(!seen, "the moved thread still sees {}", btf.display());
+        assert!(btf.exists(), "this thread lost sight of {}", btf.display());
+        assert_eq!(root(), before, "the process's root changed");
+    }
 
     #[test]
     fn the_probes_need_no_kernel_btf_to_load() {
