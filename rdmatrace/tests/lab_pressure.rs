@@ -105,7 +105,11 @@ fn fill_with_stale_entries(pid: u32, name: &str) -> u32 {
         "bpftool batch: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(entries(id), max, "{name} is full");
+    // Every update of the batch succeeded: `max` stale entries were written, as many as the map
+    // holds. The tracer's sweep (every 5 s) may already have begun removing them (under TCG a
+    // batch takes seconds), so the count read now can be lower: the caller waits until none is
+    // left, then checks that QP calls are traced again.
+    eprintln!("{name}: {max} stale entries written, {} left now", entries(id));
     id
 }
 
