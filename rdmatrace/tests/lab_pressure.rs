@@ -109,7 +109,10 @@ fn fill_with_stale_entries(pid: u32, name: &str) -> u32 {
     // holds. The tracer's sweep (every 5 s) may already have begun removing them (under TCG a
     // batch takes seconds), so the count read now can be lower: the caller waits until none is
     // left, then checks that QP calls are traced again.
-    eprintln!("{name}: {max} stale entries written, {} left now", entries(id));
+    eprintln!(
+        "{name}: {max} stale entries written, {} left now",
+        entries(id)
+    );
     id
 }
 
