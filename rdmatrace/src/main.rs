@@ -9,17 +9,6 @@ use rdmatrace::{
 
 fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    // Commands that load probes start the slow part of it at once (see `loader::prepare`).
-    let loads = match &cli.command {
-        Command::Trace(args) => args.input.is_none(),
-        Command::Verdict(args) => args.input.is_none(),
-        Command::Serve(args) => args.input.is_none(),
-        Command::Record(_) | Command::Doctor { .. } | Command::Top(_) => true,
-        _ => false,
-    };
-    if loads {
-        rdmatrace::loader::prepare();
-    }
     match cli.command {
         Command::Trace(args) => commands::trace::run(
             &args.to_config().map_err(|e| anyhow!(e))?,

@@ -9,7 +9,7 @@ mod resolve;
 pub mod uprobe;
 mod verify;
 
-use std::{path::PathBuf, sync::Mutex, thread::JoinHandle};
+use std::path::PathBuf;
 
 use aya::{maps::Array, programs::ProgramError, Ebpf, EbpfLoader};
 use rdmatrace_common::config::ProbeConfig;
@@ -228,9 +228,6 @@ fn program_error(e: ProgramError) -> String {
     }
 }
 
-/// An `EbpfLoader` being made on a thread of its own (see [`prepare`]).
-static PREPARED: Mutex<Option<JoinHandle<EbpfLoader<'static>>>> = Mutex::new(None);
-
 /// Where the loader's thread finds no kernel BTF (see [`loader_without_btf`]).
 const NO_BTF_ROOT: &std::ffi::CStr = c"/sys/kernel/btf";
 
@@ -262,32 +259,13 @@ fn leave_kernel_btf_behind() -> bool {
     unsafe { libc::chroot(NO_BTF_ROOT.as_ptr()) == 0 }
 }
 
-/// Starts making the object's loader now, on a thread of its own (see
-/// [`loader_without_btf`]). A command that knows it will load probes calls this first, so that
-/// it overlaps the rest of its start-up; `load` takes the loader made here, or makes one.
-pub fn prepare() {
-    let Ok(mut prepared) = PREPARED.lock() else {
-        return;
-    };
-    if prepared.is_none() {
-        *prepared = spawn_loader();
-    }
-}
-
-fn spawn_loader() -> Option<JoinHandle<EbpfLoader<'static>>> {
+/// [`loader_without_btf`], made on a thread of its own (it moves that thread's root) that
+/// ends once the loader is made; an ordinary loader if that thread cannot be started.
+fn loader_from_own_thread() -> EbpfLoader<'static> {
     std::thread::Builder::new()
-        .name("rdmatrace-prep".into())
+        .name("rdmatrace-loader".into())
         .spawn(loader_without_btf)
         .ok()
-}
-
-/// The loader [`prepare`] started, or one made now.
-fn prepared_loader() -> EbpfLoader<'static> {
-    PREPARED
-        .lock()
-        .ok()
-        .and_then(|mut p| p.take())
-        .or_else(spawn_loader)
         .and_then(|h| h.join().ok())
         .unwrap_or_default()
 }
@@ -302,7 +280,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let (resolved, loaded) = std::thread::scope(|s| {
         let loader = s.spawn(|| {
             let t = std::time::Instant::now();
-            let ebpf = prepared_loader()
+            let ebpf = loader_from_own_thread()
                 .btf(None)
                 .map_max_entries("EVENTS", opts.ringbuf_bytes)
                 .load(PROBES_OBJ);
