@@ -81,9 +81,27 @@ fn stacks_child() {
             std::thread::sleep(Duration::from_secs(2));
             rdmatrace_test_calls_verbs();
         }
+        // A job already running when the tracer starts: calls once the file named by
+        // TRIGGER exists (the tracer is ready), then lives a moment.
+        Ok("verbs-when-told") => {
+            let Ok(trigger) = std::env::var(TRIGGER) else {
+                return;
+            };
+            for _ in 0..600 {
+                if std::path::Path::new(&trigger).exists() {
+                    rdmatrace_test_calls_verbs();
+                    std::thread::sleep(Duration::from_millis(500));
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
         _ => {}
     }
 }
+
+/// For `verbs-when-told`: the file whose existence tells the child to call.
+const TRIGGER: &str = "RDMATRACE_TEST_TRIGGER";
 
 fn libibverbs_installed() -> bool {
     [
@@ -268,4 +286,52 @@ fn root_verbs_a_copy_of_libibverbs_at_another_path_is_probed_once_mapped() {
     // Found in its maps after its first call: the second call is seen, with its stack.
     let n = verbs_calls(&folded);
     assert!((1..=2).contains(&n), "{n} calls\n{folded}\n{stderr}");
+}
+
+#[test]
+#[ignore = "needs root and libibverbs.so.1: probes the own copy of the library of a container already running; `cargo xtask test` runs it when both hold"]
+fn root_verbs_a_running_containers_own_libibverbs_is_probed_at_start() {
+    assert!(libibverbs_installed(), "needs libibverbs.so.1");
+    let dir = test_dir("copy-running");
+    let (real, copy) = libibverbs_copy(dir.path());
+    let trigger = dir.path().join("go");
+    let file = dir.path().join("running.rdmt");
+    let f = file.to_str().expect("utf8");
+    // A mount namespace whose libibverbs is the copy at the standard path, started (and its
+    // library mapped) before the tracer.
+    let script = format!(
+        "mount --bind {} {} && exec \"$@\"",
+        copy.display(),
+        real.display()
+    );
+    let me = std::env::current_exe().expect("test binary");
+    let mut job = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+        .args([
+            me.to_str().expect("utf8"),
+            "--exact",
+            "stacks_child",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "verbs-when-told")
+        .env(TRIGGER, &trigger)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start the job");
+    std::thread::sleep(Duration::from_millis(300));
+    let tracer = common::start(&["record", "-o", f], Duration::from_secs(60));
+    std::fs::write(&trigger, b"").expect("trigger");
+    let status = job.wait().expect("job");
+    assert!(status.success(), "the job failed: {status}");
+    let done = tracer.stop();
+    assert!(
+        done.stderr
+            .contains(&format!("also on /proc/{}/root", job.id())),
+        "{}",
+        done.stderr
+    );
+    let fg = run(&["flamegraph", f, "--kind", "verbs", "--folded", "-o", "-"]);
+    assert!(fg.status.success(), "{}", fg.stderr);
+    let n = verbs_calls(&fg.stdout);
+    assert_eq!(n, 1, "{}\n{}", fg.stdout, done.stderr);
 }

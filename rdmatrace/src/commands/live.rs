@@ -46,6 +46,15 @@ impl Live {
     ) -> anyhow::Result<Live> {
         let mut opts = opts.clone();
         opts.cgroup_filter = filter.by_place();
+        // The running processes' own library copies are looked for while the probes load
+        // (reading every process's maps takes as long as a few probes attaching).
+        let copies = LibCopies::new();
+        let survey = copies.host_has_libraries().then(|| {
+            std::thread::spawn(move || {
+                let s = copies.survey();
+                (copies, s)
+            })
+        });
         let mut tracer = loader::load(&opts, loader::all_areas())?;
         announce(&tracer.report);
         let places = if filter.by_place() {
@@ -59,11 +68,19 @@ impl Live {
             tracer.report.probes.iter().any(|p| {
                 p.area == "verbs" && matches!(p.state, crate::loader::ProbeState::Attached)
             });
-        let copies = verbs_on.then(|| {
-            let mut c = LibCopies::new();
-            c.scan_all(&mut tracer);
-            c
-        });
+        let copies = match (verbs_on, survey.map(|t| t.join())) {
+            (false, _) => None,
+            (true, Some(Ok((mut c, s)))) => {
+                c.finish(s, &mut tracer);
+                Some(c)
+            }
+            (true, _) => {
+                let mut c = LibCopies::new();
+                let s = c.survey();
+                c.finish(s, &mut tracer);
+                Some(c)
+            }
+        };
         Ok(Live {
             tracer,
             source,

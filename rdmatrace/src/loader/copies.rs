@@ -32,6 +32,30 @@ const DIRS: [&str; 6] = [
 /// How long after its exec a process's maps are looked at again.
 const WATCH: Duration = Duration::from_secs(5);
 
+/// One copy of a probed library: its path as seen from here, which library, its (device, inode).
+pub struct Found {
+    path: PathBuf,
+    lib: &'static str,
+    file: (u64, u64),
+}
+
+/// What [`LibCopies::survey`] found: the processes looked at, and their copies.
+pub struct Survey {
+    pids: Vec<u32>,
+    found: Vec<(u32, Vec<Found>)>,
+}
+
+/// The pids under /proc now.
+fn running_pids() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 pub struct LibCopies {
     /// (device, inode) of every file probed (the host's copies included).
     probed: HashSet<(u64, u64)>,
@@ -79,17 +103,36 @@ impl LibCopies {
         }
     }
 
-    /// Every running process, once at start.
-    pub fn scan_all(&mut self, tracer: &mut Tracer) {
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return;
-        };
-        let pids: Vec<u32> = entries
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+    /// Whether this host has a library the verbs probes attach to (without one, they are off
+    /// and copies are not looked for).
+    pub fn host_has_libraries(&self) -> bool {
+        !self.probed.is_empty()
+    }
+
+    /// The copies every running process has, found without attaching anything (every
+    /// process's maps read: a sixth of a second in the lab), so that it can be made on another
+    /// thread while the probes are loaded; [`LibCopies::finish`] attaches them.
+    pub fn survey(&self) -> Survey {
+        let pids = running_pids();
+        let found = pids
+            .iter()
+            .map(|&pid| (pid, self.copies_of(pid, true)))
+            .filter(|(_, f)| !f.is_empty())
             .collect();
-        for pid in pids {
-            self.look(pid, tracer, true);
+        Survey { pids, found }
+    }
+
+    /// Attaches the copies `survey` found, then looks at the processes that started since it
+    /// was made (before the exec probe was attached, they were seen by neither).
+    pub fn finish(&mut self, survey: Survey, tracer: &mut Tracer) {
+        for (pid, found) in survey.found {
+            self.attach(pid, found, tracer);
+        }
+        let seen: HashSet<u32> = survey.pids.into_iter().collect();
+        for pid in running_pids() {
+            if !seen.contains(&pid) {
+                self.look(pid, tracer, true);
+            }
         }
     }
 
@@ -121,6 +164,13 @@ impl LibCopies {
     }
 
     fn look(&mut self, pid: u32, tracer: &mut Tracer, maps: bool) {
+        let found = self.copies_of(pid, maps);
+        self.attach(pid, found, tracer);
+    }
+
+    /// The library files process `pid` may use that are not the host's (in its own root, or
+    /// mapped from another path), with their (device, inode); `maps`: its maps too.
+    fn copies_of(&self, pid: u32, maps: bool) -> Vec<Found> {
         let root = PathBuf::from(format!("/proc/{pid}/root"));
         let mut found: Vec<(PathBuf, &'static str)> = Vec::new();
         // Another mount namespace or root (a container): its standard library directories,
@@ -143,10 +193,18 @@ impl LibCopies {
                 }
             }
         }
-        for (path, lib) in found {
-            let Some(file) = id(&path) else {
-                continue;
-            };
+        found
+            .into_iter()
+            .filter_map(|(path, lib)| {
+                let file = id(&path)?;
+                (!self.probed.contains(&file)).then_some(Found { path, lib, file })
+            })
+            .collect()
+    }
+
+    /// Attaches the probes to each copy in `found` not probed yet.
+    fn attach(&mut self, pid: u32, found: Vec<Found>, tracer: &mut Tracer) {
+        for Found { path, lib, file } in found {
             if !self.probed.insert(file) {
                 continue;
             }
