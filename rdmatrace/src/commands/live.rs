@@ -217,6 +217,12 @@ async fn run<S: Sink>(
         match wake {
             Wake::End(end) => break end,
             Wake::Tick => {
+                // What the probes saw first: a table sample read now must not get ahead of
+                // records still waiting in the ring (see DRAIN_MS).
+                source.drain_now(&mut |b| {
+                    extras.saw(b);
+                    consumer.raw(b)
+                });
                 let now = monotonic_ns();
                 for (cpu, count) in source.lost_since_last() {
                     consumer.lost(count, cpu, now);

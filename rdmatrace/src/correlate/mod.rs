@@ -29,6 +29,10 @@ pub struct QpTrack {
     pub since_ns: u64,
     /// Where its life was first seen.
     pub origin: Origin,
+    /// When a table sample last moved its state, and the state before: a modify older than
+    /// that sample (its record waited in the ring buffer, drained every DRAIN_MS, while the
+    /// sample was read at a tick) started from that earlier state, not from the sample's.
+    pub table_moved: Option<(u64, Option<QpState>)>,
 }
 
 impl QpTrack {
@@ -148,7 +152,24 @@ impl Correlator {
                 }
             }
             Body::QpModify { qp, attrs, ret } => {
-                let track = self.qps.get_mut(&qp.key);
+                let mut track = self.qps.get_mut(&qp.key);
+                if let Some(t) = track.as_mut() {
+                    match t.table_moved {
+                        // Made before the sample that already holds a later state: it moves
+                        // the state the sample started from, not the QP's.
+                        Some((at, before)) if rec.ts_ns < at => {
+                            if attrs.cur_state.is_none() {
+                                attrs.cur_state = before;
+                            }
+                            if let (0, Some(new)) = (*ret, attrs.new_state) {
+                                t.table_moved = Some((at, Some(new)));
+                            }
+                            return;
+                        }
+                        Some(_) => t.table_moved = None,
+                        None => {}
+                    }
+                }
                 if attrs.cur_state.is_none() {
                     attrs.cur_state = track.as_ref().and_then(|t| t.state);
                 }
@@ -175,7 +196,11 @@ impl Correlator {
             Body::QpRes(r) => match self.qps.get_mut(&r.qp.key) {
                 Some(track) => {
                     if let Some(s) = r.state {
+                        let before = track.state;
                         self.change = track.move_to(&r.qp.key, s, true, rec.ts_ns);
+                        if self.change.is_some() {
+                            track.table_moved = Some((rec.ts_ns, before));
+                        }
                     }
                 }
                 None => {
@@ -257,6 +282,7 @@ impl Correlator {
                 qp_type: qp.qp_type,
                 since_ns: ts,
                 origin,
+                table_moved: None,
             },
         );
         self.change = Some(QpChange::Born {

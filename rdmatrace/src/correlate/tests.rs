@@ -300,3 +300,77 @@ fn a_table_row_sampled_before_the_create_returned_is_the_same_qp_life() {
     c.observe(&mut rec(239, "other", 4, create));
     assert_ne!(c.life(&key), life);
 }
+
+#[test]
+fn a_modify_older_than_the_table_sample_that_moved_its_qp_starts_from_the_state_before_it() {
+    use crate::event::{QpResRow, ResChange};
+    let row = |qpn: u32, ts: u64, state: QpState| {
+        rec(
+            646,
+            "ibv_rc_pingpong",
+            ts,
+            Body::QpRes(QpResRow {
+                qp: qp("rxe1", qpn),
+                port: 1,
+                rqpn: None,
+                sq_psn: 0,
+                rq_psn: None,
+                state: Some(state),
+                change: ResChange::Changed,
+            }),
+        )
+    };
+    let key = |qpn| QpKey {
+        dev: "rxe1".into(),
+        qpn,
+    };
+    let mut c = Correlator::new();
+    let create = Body::QpCreate {
+        qp: qp("rxe1", 0x26),
+        ret: 0,
+    };
+    c.observe(&mut rec(646, "ibv_rc_pingpong", 1, create));
+    let mut init = rec(
+        646,
+        "ibv_rc_pingpong",
+        2,
+        modify("rxe1", 0x26, QpState::Init, 0),
+    );
+    c.observe(&mut init);
+    // The sample (read at a tick) already shows RTS; the RTR and RTS modifies, made before it,
+    // are still in the ring buffer and come after it.
+    c.observe(&mut row(0x26, 5, QpState::Rts));
+    let mut rtr = rec(
+        646,
+        "ibv_rc_pingpong",
+        3,
+        modify("rxe1", 0x26, QpState::Rtr, 0),
+    );
+    c.observe(&mut rtr);
+    assert_eq!(cur_state(&rtr), Some(QpState::Init));
+    let mut rts = rec(
+        646,
+        "ibv_rc_pingpong",
+        4,
+        modify("rxe1", 0x26, QpState::Rts, 0),
+    );
+    c.observe(&mut rts);
+    assert_eq!(cur_state(&rts), Some(QpState::Rtr));
+    assert_eq!(c.qp(&key(0x26)).and_then(|t| t.state), Some(QpState::Rts));
+    // A modify made after the sample starts from the QP's state.
+    let mut sqd = rec(
+        646,
+        "ibv_rc_pingpong",
+        6,
+        modify("rxe1", 0x26, QpState::Sqd, 0),
+    );
+    c.observe(&mut sqd);
+    assert_eq!(cur_state(&sqd), Some(QpState::Rts));
+    // The driver's own move to ERR is taken from the table.
+    c.observe(&mut row(0x26, 7, QpState::Err));
+    assert_eq!(c.qp(&key(0x26)).and_then(|t| t.state), Some(QpState::Err));
+    // A QP only the table knows follows the table.
+    c.observe(&mut row(0x27, 8, QpState::Init));
+    c.observe(&mut row(0x27, 9, QpState::Rts));
+    assert_eq!(c.qp(&key(0x27)).and_then(|t| t.state), Some(QpState::Rts));
+}
