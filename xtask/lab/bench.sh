@@ -15,6 +15,20 @@ say() { echo "bench: $*" >&2; }
 put() { echo "$*" >>"$res"; }
 now_ns() { date +%s%N; }
 tck=$(getconf CLK_TCK)
+# Both tracers run from copies in the guest's /tmp (an overlay whose new files live in guest
+# memory), bpftrace with the shared libraries it loads: the lab's root filesystem is the
+# host's, shared over 9p without a page cache, so a binary run from it reads its pages over
+# virtio again at every start, which a host with local disks does not pay (and which weighs on
+# the two tools differently).
+bin=$(mktemp -d /tmp/bench-bin.XXXXXX)
+cp "$rt" "$bin/rdmatrace" && rt=$bin/rdmatrace
+mkdir -p "$bin/bt"
+cp "$(command -v bpftrace)" "$bin/bt/"
+for lib in $(ldd "$(command -v bpftrace)" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'); do
+    cp -L "$lib" "$bin/bt/"
+done
+BPFTRACE=(env LD_LIBRARY_PATH="$bin/bt" "$bin/bt/bpftrace")
+say "tracers copied to $bin ($(du -sh "$bin" | cut -f1))"
 # Per-program run time and count (the kernel accounts them only when asked; off by default).
 # Where one start-up goes, phase by phase; also which of rdmatrace's programs is on which hook
 # (its kprobes' links do not say).
@@ -35,7 +49,12 @@ kprobe:ib_create_qp_user, kprobe:ib_modify_qp_with_udata, kprobe:ib_destroy_qp_u
 kretprobe:ib_create_qp_user, kretprobe:ib_modify_qp_with_udata, kretprobe:ib_destroy_qp_user {
   printf("%d %s %s %llx %d\n", pid, comm, probe, @arg[tid], retval); delete(@arg[tid]);
 }
-kprobe:rdma_restrack_add, kprobe:rdma_restrack_del { printf("%d %s %s %llx\n", pid, comm, probe, arg0); }
+kprobe:ib_create_srq_user, kprobe:ib_umem_get, kprobe:rxe_create_cq { @arg[tid] = arg0; }
+kretprobe:ib_create_srq_user, kretprobe:ib_umem_get, kretprobe:rxe_create_cq { printf("%d %s %s %llx %d\n", pid, comm, probe, @arg[tid], retval); delete(@arg[tid]); }
+kprobe:rdma_restrack_add { @res[tid] = arg0; }
+kretprobe:rdma_restrack_add { printf("%d %s %s %llx\n", pid, comm, probe, @res[tid]); delete(@res[tid]); }
+kprobe:rdma_restrack_del { printf("%d %s %s %llx\n", pid, comm, probe, arg0); }
+kprobe:__ib_unregister_device, kprobe:rxe_reg_user_mr { printf("%d %s %s %llx\n", pid, comm, probe, arg0); }
 kprobe:ib_uverbs_qp_event_handler, kprobe:ib_uverbs_cq_event_handler, kprobe:ib_uverbs_srq_event_handler,
 kprobe:ib_uverbs_event_handler, kprobe:ucma_event_handler { printf("%d %s %s %llx\n", pid, comm, probe, arg0); }
 kprobe:retransmit_timer, kprobe:rnr_nak_timer { printf("%s %llx\n", probe, arg0); }
@@ -58,7 +77,7 @@ start_tracer() {
     t0=$(now_ns)
     case $tool in
     rdmatrace) "$rt" record --force -o "$out/rec.rdmt" >/dev/null 2>"$log" & tpid=$! ;;
-    bpftrace) bpftrace -e "$BT" >"$log" 2>&1 & tpid=$! ;;
+    bpftrace) "${BPFTRACE[@]}" -e "$BT" >"$log" 2>&1 & tpid=$! ;;
     esac
     until grep -q -e "Hit Ctrl-C to end" -e "^Tracing" "$log"; do
         if ! kill -0 "$tpid" 2>/dev/null; then
@@ -163,7 +182,7 @@ done
 if [ $stats = 1 ]; then
     round=1
     log=$out/floor.log
-    bpftrace -e 'BEGIN { printf("Tracing\n"); }
+    "${BPFTRACE[@]}" -e 'BEGIN { printf("Tracing\n"); }
         kprobe:rxe_xmit_packet, kprobe:rxe_comp_queue_pkt, kprobe:rxe_resp_queue_pkt,
         kprobe:rxe_cq_post, kprobe:ib_uverbs_comp_handler, kprobe:retransmit_timer,
         tracepoint:sock:sock_send_length, tracepoint:sock:sock_recv_length { }' >"$log" 2>&1 &

@@ -222,8 +222,11 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
          `ib_write_bw -s 65536 -n 500` and `ib_send_lat -s 2 -n 1000` (perftest, RC, gid \
          index 1) from rxe0 (192.0.2.1) to rxe1 (192.0.2.2) over the lab's wire, {} rounds; each \
          round runs no tracer, `rdmatrace record` (all default probes) and an equivalent \
-         bpftrace script (same kprobes/tracepoints; per-packet hooks counted in maps, the rest \
-         printed) in a rotating order; under each tracer, once perftest is done, a control-path \
+         bpftrace script (the kernel functions and tracepoints of rdmatrace's kprobes and \
+         tracepoints, not its verbs uprobes; per-packet hooks counted in maps, the rest \
+         printed) in a rotating order, both run from copies in the guest's memory (bpftrace \
+         with the shared libraries it loads: the lab's root filesystem is the host's, over 9p \
+         without a page cache); under each tracer, once perftest is done, a control-path \
          churn follows (200 QPs created, brought to INIT and destroyed by `rt-manyqp`; 200 \
          processes run; 200 loopback TCP connections), for the per-program costs below. \
          Overhead = median over rounds of (with tracer / without, same round) − 1.\n",
