@@ -23,6 +23,7 @@ mod serve;
 mod sidebyside;
 mod sizes;
 mod storm;
+mod tried;
 
 use std::{path::PathBuf, process::Command};
 

@@ -88,6 +88,7 @@ pub fn section(s: &mut String, lab: &LabResults) {
          |---|---|---|---|---|---|"
     );
     let hooks: BTreeSet<&String> = ours.iter().map(|h| &h.0).collect();
+    let (mut above_twin, mut above_floor) = (false, false);
     for h in hooks {
         let (o, t, f) = (find(&ours, h), find(&theirs, h), find(&floor, h));
         let vs_bpftrace = match (&o, &t) {
@@ -101,6 +102,8 @@ pub fn section(s: &mut String, lab: &LabResults) {
             (Some(o), Some(f), true) => format!("**no** ({:.1}×)", o.1 / f.1),
             _ => "—".to_string(),
         };
+        above_twin |= vs_bpftrace.starts_with("**no");
+        above_floor |= vs_floor.starts_with("**no");
         let _ = writeln!(
             s,
             "| `{h}` | {} | {} | {} | {vs_bpftrace} | {vs_floor} |",
@@ -110,6 +113,12 @@ pub fn section(s: &mut String, lab: &LabResults) {
         );
     }
     s.push('\n');
+    if above_twin {
+        super::tried::section(s, "control-path-vs-bpftrace", "at or below bpftrace");
+    }
+    if above_floor {
+        super::tried::section(s, "per-packet-floor", "within 2× of the floor");
+    }
 }
 
 #[cfg(test)]

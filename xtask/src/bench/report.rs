@@ -376,6 +376,9 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
         );
         super::attach::phase_table(s, &lab.startup);
     }
+    if ratio.is_some_and(|r| r < 10.0) {
+        super::tried::section(s, "lab-attach", "attach ratio");
+    }
     super::progcost::section(s, lab);
 }
 
