@@ -183,18 +183,23 @@ pub struct ProbeConfig {
     pub nsproxy_mnt_ns: u32,
     pub mnt_ns_inum: u32,
     pub own_mnt_ns: u32,
+    /// Non-zero once user space has written this config. The programs are attached while the
+    /// offsets are still being resolved (start-up runs both at once); until then the map holds
+    /// zeros and every program returns at once, emitting nothing.
+    pub ready: u32,
 }
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 52 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 53 * 4);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
 unsafe impl aya::Pod for ProbeConfig {}
 
 impl ProbeConfig {
-    /// Everything unresolved, no filter: the starting point user space fills from BTF.
+    /// Everything unresolved, no filter: the starting point user space fills from BTF (ready:
+    /// it is what user space writes).
     pub const fn unresolved() -> ProbeConfig {
         use crate::limits::UNRESOLVED as U;
         ProbeConfig {
@@ -312,6 +317,7 @@ impl ProbeConfig {
             nsproxy_mnt_ns: U,
             mnt_ns_inum: U,
             own_mnt_ns: 0,
+            ready: 1,
         }
     }
 }

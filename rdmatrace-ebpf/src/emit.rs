@@ -15,10 +15,12 @@ use rdmatrace_common::{
 
 use crate::maps::{CONFIG, EVENTS, LOST, PROC_CGROUP, TRACED, WANTED_CGROUPS};
 
-/// The config written by user space; `None` only if the map is missing its single entry.
+/// The config written by user space; `None` until it is written (or if the map is missing its
+/// single entry).
 #[inline(always)]
 pub fn config() -> Option<&'static ProbeConfig> {
-    CONFIG.get(0)
+    // Not written yet (the programs are attached before the offsets are known): nothing to do.
+    CONFIG.get(0).filter(|c| c.ready != 0)
 }
 
 /// Whether the current task passes the kernel-side filter. Under the cgroup filter, a task of

@@ -1,10 +1,13 @@
-//! Loading the kernel programs: resolve offsets from BTF, write the config map, attach every
-//! probe that this kernel allows, and report the ones that stay off with the reason.
+//! Loading the kernel programs: attach every probe that this kernel allows (on the object's
+//! thread) while offsets are resolved from BTF (on this one), take off the areas whose offsets
+//! did not resolve, write the config map (the programs emit nothing before it), and report the
+//! probes that stay off with the reason.
 
 use crate::btf;
 mod attach;
 pub mod copies;
 pub mod memory;
+mod pass;
 mod resolve;
 pub mod uprobe;
 mod verify;
@@ -15,7 +18,6 @@ use aya::{maps::Array, programs::ProgramError, Ebpf, EbpfLoader};
 use rdmatrace_common::config::ProbeConfig;
 
 use crate::collect::{Area, Hook, ProbeSpec, Role, AREAS};
-use attach::{attach_one, Failed};
 use resolve::{kernel_has, LibSymbols, Phases};
 
 /// The compiled kernel programs, embedded at build time.
@@ -273,36 +275,42 @@ fn loader_from_own_thread() -> EbpfLoader<'static> {
 /// Loads the object, resolves every area's offsets, attaches what this kernel allows.
 pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let mut phases = Phases::new();
-    // Two threads: a second one loads the object and creates its maps (the probes carry no
-    // CO-RE relocations and no program is typed by the kernel's BTF, so the object needs no
-    // kernel BTF: see `the_probes_need_no_kernel_btf_to_load`) while this one reads BTF and
-    // resolves every area's offsets.
+    let profile = opts.cpu_hz.map(|_| &crate::collect::profile::AREA);
+    let wanted: Vec<&Area> = areas
+        .iter()
+        .chain(profile)
+        .filter(|a| !opts.no_probe.iter().any(|n| n == a.name))
+        .collect();
+    // Two threads. A second one loads the object, creates its maps and attaches every probe of
+    // the wanted areas (the probes carry no CO-RE relocations and no program is typed by the
+    // kernel's BTF, so the object needs no kernel BTF: see
+    // `the_probes_need_no_kernel_btf_to_load`; and the programs emit nothing until their config
+    // is written, below) while this one reads BTF and resolves every area's offsets.
     let (resolved, loaded) = std::thread::scope(|s| {
         let loader = s.spawn(|| {
-            let t = std::time::Instant::now();
-            let ebpf = loader_from_own_thread()
-                .btf(None)
-                .map_max_entries("EVENTS", opts.ringbuf_bytes)
-                .load(PROBES_OBJ);
-            (ebpf, t.elapsed())
+            let mut side = Phases::new();
+            let loaded = load_and_attach(opts, &wanted, &mut side);
+            (loaded, side.out)
         });
         let resolved = resolve::areas(opts, areas, &mut phases);
         (resolved, loader.join())
     });
     let (cfg, usable, mut report) = resolved?;
-    phases.mark("waiting for the object load");
-    let (ebpf, object) = loaded.map_err(|_| LoadError::LoaderThread)?;
-    phases
-        .out
-        .push(("(beside it) eBPF object loaded, maps created", object));
-    let mut ebpf = ebpf.map_err(|e| {
-        if is_permission(&e) {
-            LoadError::Permission { source: e }
-        } else {
-            LoadError::Object(e)
-        }
-    })?;
-    phases.mark("waiting for the object load");
+    phases.mark("waiting for the object's thread (load and attach pass)");
+    let (loaded, side) = loaded.map_err(|_| LoadError::LoaderThread)?;
+    phases.out.extend(side);
+    let (mut ebpf, attached) = loaded?;
+    // Areas attached before their offsets failed to resolve go off again, with resolve's
+    // reason (already in the report).
+    let kept = |a: &Area| usable.iter().any(|u| std::ptr::eq(*u, a));
+    let off: Vec<&Area> = wanted.iter().copied().filter(|a| !kept(a)).collect();
+    pass::unload_areas(&mut ebpf, &off, &usable);
+    report.probes.extend(
+        attached
+            .probes
+            .into_iter()
+            .filter(|p| usable.iter().any(|u| u.name == p.area)),
+    );
     {
         let map = ebpf
             .map_mut("CONFIG")
@@ -310,61 +318,38 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         let mut config: Array<_, ProbeConfig> = Array::try_from(map).map_err(LoadError::Config)?;
         config.set(0, cfg, 0).map_err(LoadError::Config)?;
     }
-
-    for pid in opts.traced_pids.iter().flatten() {
-        insert_traced(&mut ebpf, *pid)?;
-    }
-
-    phases.mark("config set");
-    let lib_dirs = uprobe::library_dirs();
-    let mut libs = LibSymbols::new();
-    let mut kallsyms = None;
-    std::thread::scope(|s| {
-        let mut programs = verify::start(s, &mut ebpf, &usable, &lib_dirs);
-        for area in &usable {
-            for spec in area.probes {
-                let state = if let Some(why) = report.standby_reason(area.name, spec) {
-                    ProbeState::Standby(why)
-                } else {
-                    let r = programs
-                        .program(spec.program)
-                        .map_err(Failed::from)
-                        .and_then(|prog| attach_one(prog, spec, opts, &lib_dirs, &mut libs));
-                    phases.mark(match spec.hook {
-                        Hook::Kprobe | Hook::Kretprobe => "kprobes verified and attached",
-                        Hook::RawTracepoint => "tracepoints verified and attached",
-                        Hook::Uprobe { .. } => "uprobes verified and attached",
-                        Hook::PerfCpuClock => "perf events opened",
-                    });
-                    match r {
-                        Ok(()) => ProbeState::Attached,
-                        Err(f)
-                            if spec.role == Role::WherePresent
-                                && (f.absent || !kernel_has(&mut kallsyms, spec.target)) =>
-                        {
-                            ProbeState::Standby(format!(
-                                "not needed: this kernel has no {}",
-                                spec.target
-                            ))
-                        }
-                        Err(f) => ProbeState::Off(f.why),
-                    }
-                };
-                report.probes.push(ProbeStatus {
-                    area: area.name,
-                    rdma: area.rdma,
-                    spec: *spec,
-                    state,
-                });
-            }
-        }
-    });
-    phases.mark("kprobes verified and attached");
+    phases.mark("config set (the programs start emitting)");
     report.timings = phases.out;
     if report.attached().next().is_none() {
         return Err(LoadError::NothingAttached(report.off_lines().join("\n")));
     }
     Ok(Tracer { ebpf, report })
+}
+
+/// The object's thread: loads it (its maps created), fills the process filter, and attaches
+/// every probe of `areas`.
+fn load_and_attach(
+    opts: &LoadOptions,
+    areas: &[&Area],
+    phases: &mut Phases,
+) -> Result<(Ebpf, AttachReport), LoadError> {
+    let ebpf = loader_from_own_thread()
+        .btf(None)
+        .map_max_entries("EVENTS", opts.ringbuf_bytes)
+        .load(PROBES_OBJ);
+    phases.mark("(beside it) eBPF object loaded, maps created");
+    let mut ebpf = ebpf.map_err(|e| {
+        if is_permission(&e) {
+            LoadError::Permission { source: e }
+        } else {
+            LoadError::Object(e)
+        }
+    })?;
+    for pid in opts.traced_pids.iter().flatten() {
+        insert_traced(&mut ebpf, *pid)?;
+    }
+    let report = pass::attach_areas(&mut ebpf, areas, opts, phases);
+    Ok((ebpf, report))
 }
 
 fn insert_traced(ebpf: &mut Ebpf, pid: u32) -> Result<(), LoadError> {

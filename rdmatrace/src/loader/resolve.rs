@@ -1,4 +1,4 @@
-//! Before anything loads: every area's offsets resolved from the kernel's BTF (an area whose
+//! Beside the attach pass: every area's offsets resolved from the kernel's BTF (an area whose
 //! BTF is missing is switched off with its reason), and the start-up's phase timings.
 
 use rdmatrace_common::config::ProbeConfig;
