@@ -25,6 +25,7 @@ pub(super) fn attach_areas(
     let lib_dirs: Vec<PathBuf> = uprobe::library_dirs();
     let mut libs = super::LibSymbols::new();
     let mut kallsyms = None;
+    let kprobes = super::kprobes_supported();
     let mut report = AttachReport::default();
     std::thread::scope(|s| {
         let mut programs = verify::start(s, ebpf, areas, &lib_dirs);
@@ -45,12 +46,16 @@ pub(super) fn attach_areas(
                         Hook::Uprobe { .. } => "(beside it) uprobes verified and attached",
                         Hook::PerfCpuClock => "(beside it) perf events opened",
                     });
+                    // Whether a where-present function is missing is asked of /proc/kallsyms
+                    // (megabytes) only when the kernel could have made the kprobe at all: on
+                    // one without kprobes every attach fails, and the RDMA areas reach this
+                    // pass before their offsets are known (a host without RDMA modules).
+                    let missing = |f: &Failed, kallsyms: &mut Option<String>| {
+                        f.absent || (kprobes && !kernel_has(kallsyms, spec.target))
+                    };
                     match r {
                         Ok(()) => ProbeState::Attached,
-                        Err(f)
-                            if spec.role == Role::WherePresent
-                                && (f.absent || !kernel_has(&mut kallsyms, spec.target)) =>
-                        {
+                        Err(f) if spec.role == Role::WherePresent && missing(&f, &mut kallsyms) => {
                             ProbeState::Standby(format!(
                                 "not needed: this kernel has no {}",
                                 spec.target
