@@ -225,6 +225,16 @@ fn verbs_calls(folded: &str) -> u64 {
         .sum()
 }
 
+/// `sh -c` script for `unshare -m`: bind-mounts `copy` over `real` in the new mount namespace
+/// (the image's own library at the standard path), then runs its arguments.
+fn own_copy_script(real: &std::path::Path, copy: &std::path::Path) -> String {
+    format!(
+        "mount --bind {} {} && exec \"$@\"",
+        copy.display(),
+        real.display()
+    )
+}
+
 #[test]
 #[ignore = "needs root and libibverbs.so.1: probes a container's own copy of the library; `cargo xtask test` runs it when both hold"]
 fn root_verbs_a_containers_own_libibverbs_is_probed_at_exec() {
@@ -232,11 +242,7 @@ fn root_verbs_a_containers_own_libibverbs_is_probed_at_exec() {
     let dir = test_dir("copy-ns");
     let (real, copy) = libibverbs_copy(dir.path());
     // A mount namespace whose libibverbs is the copy at the standard path: the image's own.
-    let script = format!(
-        "mount --bind {} {} && exec \"$@\"",
-        copy.display(),
-        real.display()
-    );
+    let script = own_copy_script(&real, &copy);
     let (folded, stderr) = record_wrapped(
         "verbs-twice",
         &[],
@@ -299,11 +305,7 @@ fn root_verbs_a_running_containers_own_libibverbs_is_probed_at_start() {
     let f = file.to_str().expect("utf8");
     // A mount namespace whose libibverbs is the copy at the standard path, started (and its
     // library mapped) before the tracer.
-    let script = format!(
-        "mount --bind {} {} && exec \"$@\"",
-        copy.display(),
-        real.display()
-    );
+    let script = own_copy_script(&real, &copy);
     let me = std::env::current_exe().expect("test binary");
     let mut job = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])

@@ -302,15 +302,12 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     let (mut ebpf, attached) = loaded?;
     // Areas attached before their offsets failed to resolve go off again, with resolve's
     // reason (already in the report).
-    let kept = |a: &Area| usable.iter().any(|u| std::ptr::eq(*u, a));
-    let off: Vec<&Area> = wanted.iter().copied().filter(|a| !kept(a)).collect();
+    let kept = |area: &str| usable.iter().any(|u| u.name == area);
+    let off: Vec<&Area> = wanted.iter().copied().filter(|a| !kept(a.name)).collect();
     pass::unload_areas(&mut ebpf, &off, &usable);
-    report.probes.extend(
-        attached
-            .probes
-            .into_iter()
-            .filter(|p| usable.iter().any(|u| u.name == p.area)),
-    );
+    report
+        .probes
+        .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
     {
         let map = ebpf
             .map_mut("CONFIG")
