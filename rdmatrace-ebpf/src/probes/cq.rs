@@ -86,13 +86,19 @@ fn try_rxe_cq_post(ctx: &ProbeContext) -> Option<u32> {
     if rcq == 0 || cqe == 0 || cfg.rxe_cq_ibcq == UNRESOLVED {
         return None;
     }
+    // The common case, success, costs one read: the status sits at the same offset in both
+    // completion layouts (as BTF says on every kernel seen so far), so it is read before
+    // asking which layout this CQ uses.
+    let same_place = cfg.uwc_status == cfg.wc_status;
+    if same_place && read::field::<u32>(cqe, cfg.wc_status)? == 0 {
+        return None;
+    }
     let user = read::field::<u8>(rcq, cfg.rxe_cq_is_user).unwrap_or(0) != 0;
     let (status_off, opcode_off, vendor_off) = if user {
         (cfg.uwc_status, cfg.uwc_opcode, cfg.uwc_vendor_err)
     } else {
         (cfg.wc_status, cfg.wc_opcode, cfg.wc_vendor_err)
     };
-    // The common case, success, costs one read.
     let status = read::field::<u32>(cqe, status_off)?;
     if status == 0 {
         return None;

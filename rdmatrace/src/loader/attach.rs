@@ -2,12 +2,18 @@
 
 use std::path::PathBuf;
 
+use std::os::fd::{AsFd as _, OwnedFd};
+
 use aya::programs::{
     perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     KProbe, PerfEvent, Program, ProgramError, RawTracePoint,
 };
 
-use super::{kprobes_supported, program_error, resolve::LibSymbols, uprobe, verify, LoadOptions};
+use super::{
+    kprobes_supported,
+    plink::{self, Pmu},
+    program_error, uprobe, verify, LoadOptions,
+};
 use crate::collect::{Hook, ProbeSpec};
 
 /// Why one probe did not attach.
@@ -26,15 +32,22 @@ impl<S: Into<String>> From<S> for Failed {
     }
 }
 
-/// Whether creating the kprobe failed because no function of that name exists in the kernel or
-/// a loaded module: the kernel answers ENOENT from its own symbol table, so /proc/kallsyms
-/// (read whole, a quarter of a second in the lab) need not be consulted.
-fn symbol_missing(e: &ProgramError) -> bool {
-    matches!(
-        e,
-        ProgramError::SyscallError(aya::sys::SyscallError { call: "perf_event_open", io_error })
-            if io_error.raw_os_error() == Some(libc::ENOENT)
-    )
+/// Opens (arms) the kprobe of `spec` without its program (see [`super::plink`]). The kernel
+/// answers ENOENT from its own symbol table when no function of that name exists in it or a
+/// loaded module, so /proc/kallsyms (read whole, a quarter of a second in the lab) need not be
+/// consulted.
+pub(super) fn open_kprobe(spec: &ProbeSpec) -> Result<OwnedFd, Failed> {
+    if !kprobes_supported() {
+        return Err("this kernel has no kprobe support".into());
+    }
+    let ret = spec.hook == Hook::Kretprobe;
+    plink::open(Pmu::Kprobe, ret, spec.target.as_bytes(), 0).map_err(|e| Failed {
+        absent: e.raw_os_error() == Some(libc::ENOENT),
+        why: format!(
+            "cannot attach to {}: perf_event_open failed: {e}",
+            spec.target
+        ),
+    })
 }
 
 /// Whether attaching a raw tracepoint failed because the kernel has no tracepoint of that name
@@ -47,25 +60,28 @@ fn tracepoint_missing(e: &ProgramError) -> bool {
     )
 }
 
-/// Attaches `prog` (verified, or loaded here) to the hook of `spec`.
+/// Attaches `prog` (verified, or loaded here) to the hook of `spec`; a kprobe's or uprobe's
+/// perf event may have been `opened` already.
 pub(super) fn attach_one(
     prog: &mut Program,
     spec: &ProbeSpec,
+    opened: Option<OwnedFd>,
     opts: &LoadOptions,
     lib_dirs: &[PathBuf],
-    libs: &mut LibSymbols,
+    ups: &mut plink::Links,
 ) -> Result<(), Failed> {
     match spec.hook {
         Hook::Kprobe | Hook::Kretprobe => {
-            if !kprobes_supported() {
-                return Err("this kernel has no kprobe support".into());
-            }
+            let perf = match opened {
+                Some(perf) => perf,
+                None => open_kprobe(spec)?,
+            };
             verify::load(prog, spec)?;
             let p: &mut KProbe = prog.try_into().map_err(program_error)?;
-            p.attach(spec.target, 0).map_err(|e| Failed {
-                absent: symbol_missing(&e),
-                why: format!("cannot attach to {}: {}", spec.target, program_error(e)),
-            })?;
+            let fd = p.fd().map_err(program_error)?;
+            let link = plink::link(fd.as_fd(), perf, 0)
+                .map_err(|e| format!("cannot attach to {}: {e}", spec.target))?;
+            ups.links.push((spec.program, link));
         }
         Hook::RawTracepoint => {
             verify::load(prog, spec)?;
@@ -88,8 +104,12 @@ pub(super) fn attach_one(
         }
         Hook::Uprobe { lib, cookie } => {
             let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
+            let perf = match opened {
+                Some(perf) => perf,
+                None => uprobe::open(spec.target, &path, &mut ups.libs)?,
+            };
             verify::load(prog, spec)?;
-            uprobe::attach(prog, spec.target, &path, cookie, libs)?;
+            uprobe::link(prog, spec.program, perf, (spec.target, &path), cookie, ups)?;
         }
         Hook::PerfCpuClock => {
             let hz = opts.cpu_hz.ok_or("no sampling frequency given")?;
@@ -122,17 +142,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_failed_perf_event_open_with_enoent_means_no_such_function() {
+    fn only_a_failed_raw_tracepoint_open_with_enoent_means_no_such_tracepoint() {
         let err = |call, errno| {
             ProgramError::SyscallError(aya::sys::SyscallError {
                 call,
                 io_error: std::io::Error::from_raw_os_error(errno),
             })
         };
-        assert!(symbol_missing(&err("perf_event_open", libc::ENOENT)));
-        assert!(!symbol_missing(&err("perf_event_open", libc::EINVAL)));
-        assert!(!symbol_missing(&err("bpf_link_create", libc::ENOENT)));
-        assert!(!symbol_missing(&ProgramError::AlreadyLoaded));
         assert!(tracepoint_missing(&err(
             "bpf_raw_tracepoint_open",
             libc::ENOENT

@@ -8,6 +8,7 @@ mod attach;
 pub mod copies;
 pub mod memory;
 mod pass;
+mod plink;
 mod resolve;
 pub mod uprobe;
 mod verify;
@@ -18,7 +19,7 @@ use aya::{maps::Array, programs::ProgramError, Ebpf, EbpfLoader};
 use rdmatrace_common::config::ProbeConfig;
 
 use crate::collect::{Area, Hook, ProbeSpec, Role, AREAS};
-use resolve::{kernel_has, LibSymbols, Phases};
+use resolve::{kernel_has, Phases};
 
 /// The compiled kernel programs, embedded at build time.
 static PROBES_OBJ: &[u8] =
@@ -180,6 +181,8 @@ impl AttachReport {
 pub struct Tracer {
     pub ebpf: Ebpf,
     pub report: AttachReport,
+    /// The uprobe links made without aya (they detach when dropped).
+    uprobes: plink::Links,
 }
 
 /// True when the kernel can create kprobe perf events at all.
@@ -299,12 +302,12 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     phases.mark("waiting for the object's thread (load and attach pass)");
     let (loaded, side) = loaded.map_err(|_| LoadError::LoaderThread)?;
     phases.out.extend(side);
-    let (mut ebpf, attached) = loaded?;
+    let (mut ebpf, attached, mut uprobes) = loaded?;
     // Areas attached before their offsets failed to resolve go off again, with resolve's
     // reason (already in the report).
     let kept = |area: &str| usable.iter().any(|u| u.name == area);
     let off: Vec<&Area> = wanted.iter().copied().filter(|a| !kept(a.name)).collect();
-    pass::unload_areas(&mut ebpf, &off, &usable);
+    pass::unload_areas(&mut ebpf, &mut uprobes, &off, &usable);
     report
         .probes
         .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
@@ -320,7 +323,11 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     if report.attached().next().is_none() {
         return Err(LoadError::NothingAttached(report.off_lines().join("\n")));
     }
-    Ok(Tracer { ebpf, report })
+    Ok(Tracer {
+        ebpf,
+        report,
+        uprobes,
+    })
 }
 
 /// The object's thread: loads it (its maps created), fills the process filter, and attaches
@@ -329,7 +336,7 @@ fn load_and_attach(
     opts: &LoadOptions,
     areas: &[&Area],
     phases: &mut Phases,
-) -> Result<(Ebpf, AttachReport), LoadError> {
+) -> Result<(Ebpf, AttachReport, plink::Links), LoadError> {
     let ebpf = loader_from_own_thread()
         .btf(None)
         .map_max_entries("EVENTS", opts.ringbuf_bytes)
@@ -345,8 +352,9 @@ fn load_and_attach(
     for pid in opts.traced_pids.iter().flatten() {
         insert_traced(&mut ebpf, *pid)?;
     }
-    let report = pass::attach_areas(&mut ebpf, areas, opts, phases);
-    Ok((ebpf, report))
+    let mut uprobes = plink::Links::default();
+    let report = pass::attach_areas(&mut ebpf, areas, opts, phases, &mut uprobes);
+    Ok((ebpf, report, uprobes))
 }
 
 fn insert_traced(ebpf: &mut Ebpf, pid: u32) -> Result<(), LoadError> {
@@ -376,7 +384,7 @@ impl Tracer {
             .collect();
         let mut n = 0;
         let mut first_err = None;
-        let mut libs = LibSymbols::new();
+        let mut ups = plink::Links::default();
         for spec in specs {
             let Hook::Uprobe { cookie, .. } = spec.hook else {
                 continue;
@@ -384,13 +392,14 @@ impl Tracer {
             let Some(prog) = self.ebpf.program_mut(spec.program) else {
                 continue;
             };
-            match uprobe::attach(prog, spec.target, path, cookie, &mut libs) {
+            match uprobe::attach(prog, spec.program, spec.target, path, cookie, &mut ups) {
                 Ok(()) => n += 1,
                 Err(e) => {
                     first_err.get_or_insert(e);
                 }
             }
         }
+        self.uprobes.links.append(&mut ups.links);
         match (n, first_err) {
             (0, Some(e)) => Err(e),
             (0, None) => Err(format!("no {lib} probe is attached on the host's copy")),

@@ -6,10 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use aya::programs::{
-    uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-    UProbe,
-};
+use aya::programs::UProbe;
+
+use super::plink::{self, Pmu};
 
 use object::{
     elf::{FileHeader64, PT_LOAD},
@@ -201,35 +200,57 @@ impl Symbols {
     }
 }
 
-/// Attaches the uprobe program `prog` (loaded already: `verify::load`) at `symbol` of the shared object at `path` (every
-/// process that maps that file), told which function by `cookie`.
-pub(super) fn attach(
-    prog: &mut aya::programs::Program,
+/// Opens (arms) a uprobe at the entry of `symbol` of the shared object at `path` (every
+/// process that maps that file), without its program (see [`plink`]).
+pub(super) fn open(
     symbol: &str,
     path: &std::path::Path,
-    cookie: u64,
     libs: &mut super::resolve::LibSymbols,
-) -> Result<(), String> {
+) -> Result<std::os::fd::OwnedFd, String> {
     let symbols = libs
         .entry(path.to_path_buf())
         .or_insert_with(|| Symbols::read(path).map_err(|e| e.to_string()))
         .as_ref()
         .map_err(Clone::clone)?;
     let offset = symbols.offset(symbol).map_err(|e| e.to_string())?;
+    use std::os::unix::ffi::OsStrExt as _;
+    plink::open(Pmu::Uprobe, false, path.as_os_str().as_bytes(), offset).map_err(|e| {
+        format!(
+            "cannot attach to {}:{symbol}: perf_event_open failed: {e}",
+            path.display()
+        )
+    })
+}
+
+/// Runs the uprobe program `prog` (named `name`; loaded already: `verify::load`) on the
+/// uprobe `perf` opened at `symbol` of `path`, told which function by `cookie`.
+pub(super) fn link(
+    prog: &mut aya::programs::Program,
+    name: &'static str,
+    perf: std::os::fd::OwnedFd,
+    (symbol, path): (&str, &std::path::Path),
+    cookie: u64,
+    ups: &mut plink::Links,
+) -> Result<(), String> {
     let p: &mut UProbe = prog.try_into().map_err(super::program_error)?;
-    let point = UProbeAttachPoint {
-        location: UProbeAttachLocation::AbsoluteOffset(offset),
-        cookie: Some(cookie),
-    };
-    p.attach(point, path, UProbeScope::AllProcesses)
-        .map_err(|e| {
-            format!(
-                "cannot attach to {}:{symbol}: {}",
-                path.display(),
-                super::program_error(e)
-            )
-        })?;
+    let fd = p.fd().map_err(super::program_error)?;
+    let link = plink::link(std::os::fd::AsFd::as_fd(fd), perf, cookie)
+        .map_err(|e| format!("cannot attach to {}:{symbol}: {e}", path.display()))?;
+    ups.links.push((name, link));
     Ok(())
+}
+
+/// [`open`] then [`link`].
+pub(super) fn attach(
+    prog: &mut aya::programs::Program,
+    name: &'static str,
+    symbol: &str,
+    path: &std::path::Path,
+    cookie: u64,
+    ups: &mut plink::Links,
+) -> Result<(), String> {
+    let perf = open(symbol, path, &mut ups.libs)?;
+    link(prog, name, perf, (symbol, path), cookie, ups)
 }
 
 #[cfg(test)]

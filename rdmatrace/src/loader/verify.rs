@@ -1,8 +1,7 @@
 //! Verifying the programs on worker threads while the attach pass runs: the kernel's verifier
 //! runs each `BPF_PROG_LOAD` on the calling thread, so programs loaded from several threads are
-//! verified in parallel, while attaching (kprobe registration is serialized in the kernel)
-//! stays one at a time, on the loader's thread. Each program goes back to the attach pass as
-//! soon as it is verified, so the first probes attach while later programs are still being
+//! verified in parallel, while the loader's thread opens the kprobes (their registration is
+//! serialized in the kernel). Each program goes back to the attach pass as soon as it is
 //! verified. Only the programs the attach pass will use first are verified ahead: the
 //! primaries (a fallback is loaded only if its primary does not attach), on hooks this host has
 //! (kprobes supported, the uprobe's library found), in the order the attach pass wants them.

@@ -226,7 +226,9 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
          tracepoints, not its verbs uprobes; per-packet hooks counted in maps, the rest \
          printed) in a rotating order, both run from copies in the guest's memory (bpftrace \
          with the shared libraries it loads: the lab's root filesystem is the host's, over 9p \
-         without a page cache); under each tracer, once perftest is done, a control-path \
+         without a page cache); attach time is from the tracer's start to its ready line, \
+         read by the script without starting a process (a `grep`, `sleep` or `date` costs \
+         70-90 ms under TCG); under each tracer, once perftest is done, a control-path \
          churn follows (200 QPs created, brought to INIT and destroyed by `rt-manyqp`; 200 \
          processes run; 200 loopback TCP connections), for the per-program costs below. \
          Overhead = median over rounds of (with tracer / without, same round) − 1.\n",
