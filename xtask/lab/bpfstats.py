@@ -49,11 +49,13 @@ def main():
     named = doctor_hooks(sys.argv[4]) if len(sys.argv) > 4 else {}
     progs = {p["id"]: p for p in bpftool("prog", "show")}
     hooks = {}  # hook -> [ns, runs]
+    counted = set()  # (hook, program): a program linked to a hook twice is counted once
 
     def add(hook, prog_id):
         p = progs.get(prog_id)
-        if p is None:
+        if p is None or (hook, prog_id) in counted:
             return
+        counted.add((hook, prog_id))
         h = hooks.setdefault(hook, [0, 0])
         h[0] += p.get("run_time_ns", 0)
         h[1] += p.get("run_cnt", 0)
