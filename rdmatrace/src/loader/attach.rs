@@ -68,7 +68,7 @@ pub(super) fn attach_one(
     opened: Option<OwnedFd>,
     opts: &LoadOptions,
     lib_dirs: &[PathBuf],
-    ups: &mut plink::Links,
+    links: &mut plink::Links,
 ) -> Result<(), Failed> {
     match spec.hook {
         Hook::Kprobe | Hook::Kretprobe => {
@@ -81,7 +81,7 @@ pub(super) fn attach_one(
             let fd = p.fd().map_err(program_error)?;
             let link = plink::link(fd.as_fd(), perf, 0)
                 .map_err(|e| format!("cannot attach to {}: {e}", spec.target))?;
-            ups.links.push((spec.program, link));
+            links.links.push((spec.program, link));
         }
         Hook::RawTracepoint => {
             verify::load(prog, spec)?;
@@ -106,10 +106,17 @@ pub(super) fn attach_one(
             let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
             let perf = match opened {
                 Some(perf) => perf,
-                None => uprobe::open(spec.target, &path, &mut ups.libs)?,
+                None => uprobe::open(spec.target, &path, &mut links.libs)?,
             };
             verify::load(prog, spec)?;
-            uprobe::link(prog, spec.program, perf, (spec.target, &path), cookie, ups)?;
+            uprobe::link(
+                prog,
+                spec.program,
+                perf,
+                (spec.target, &path),
+                cookie,
+                links,
+            )?;
         }
         Hook::PerfCpuClock => {
             let hz = opts.cpu_hz.ok_or("no sampling frequency given")?;

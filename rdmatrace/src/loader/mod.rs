@@ -181,8 +181,8 @@ impl AttachReport {
 pub struct Tracer {
     pub ebpf: Ebpf,
     pub report: AttachReport,
-    /// The uprobe links made without aya (they detach when dropped).
-    uprobes: plink::Links,
+    /// The kprobe and uprobe links made here rather than by aya (they detach when dropped).
+    links: plink::Links,
 }
 
 /// True when the kernel can create kprobe perf events at all.
@@ -302,12 +302,12 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     phases.mark("waiting for the object's thread (load and attach pass)");
     let (loaded, side) = loaded.map_err(|_| LoadError::LoaderThread)?;
     phases.out.extend(side);
-    let (mut ebpf, attached, mut uprobes) = loaded?;
+    let (mut ebpf, attached, mut links) = loaded?;
     // Areas attached before their offsets failed to resolve go off again, with resolve's
     // reason (already in the report).
     let kept = |area: &str| usable.iter().any(|u| u.name == area);
     let off: Vec<&Area> = wanted.iter().copied().filter(|a| !kept(a.name)).collect();
-    pass::unload_areas(&mut ebpf, &mut uprobes, &off, &usable);
+    pass::unload_areas(&mut ebpf, &mut links, &off, &usable);
     report
         .probes
         .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
@@ -326,7 +326,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     Ok(Tracer {
         ebpf,
         report,
-        uprobes,
+        links,
     })
 }
 
@@ -352,9 +352,9 @@ fn load_and_attach(
     for pid in opts.traced_pids.iter().flatten() {
         insert_traced(&mut ebpf, *pid)?;
     }
-    let mut uprobes = plink::Links::default();
-    let report = pass::attach_areas(&mut ebpf, areas, opts, phases, &mut uprobes);
-    Ok((ebpf, report, uprobes))
+    let mut links = plink::Links::default();
+    let report = pass::attach_areas(&mut ebpf, areas, opts, phases, &mut links);
+    Ok((ebpf, report, links))
 }
 
 fn insert_traced(ebpf: &mut Ebpf, pid: u32) -> Result<(), LoadError> {
@@ -384,7 +384,7 @@ impl Tracer {
             .collect();
         let mut n = 0;
         let mut first_err = None;
-        let mut ups = plink::Links::default();
+        let mut made = plink::Links::default();
         for spec in specs {
             let Hook::Uprobe { cookie, .. } = spec.hook else {
                 continue;
@@ -392,14 +392,14 @@ impl Tracer {
             let Some(prog) = self.ebpf.program_mut(spec.program) else {
                 continue;
             };
-            match uprobe::attach(prog, spec.program, spec.target, path, cookie, &mut ups) {
+            match uprobe::attach(prog, spec.program, spec.target, path, cookie, &mut made) {
                 Ok(()) => n += 1,
                 Err(e) => {
                     first_err.get_or_insert(e);
                 }
             }
         }
-        self.uprobes.links.append(&mut ups.links);
+        self.links.links.append(&mut made.links);
         match (n, first_err) {
             (0, Some(e)) => Err(e),
             (0, None) => Err(format!("no {lib} probe is attached on the host's copy")),

@@ -23,7 +23,7 @@ pub(super) fn attach_areas(
     areas: &[&Area],
     opts: &LoadOptions,
     phases: &mut super::Phases,
-    ups: &mut plink::Links,
+    links: &mut plink::Links,
 ) -> AttachReport {
     let lib_dirs: Vec<PathBuf> = uprobe::library_dirs();
     let mut kallsyms = None;
@@ -36,7 +36,7 @@ pub(super) fn attach_areas(
         // its program is ready. Fallbacks are opened only when needed.
         // (Opening the uprobes on a thread of their own meanwhile was tried: in the lab the
         // kprobes then took longer to open by more than the uprobes gained.)
-        let mut opened: Vec<Option<Result<OwnedFd, Failed>>> = areas
+        let opened: Vec<Option<Result<OwnedFd, Failed>>> = areas
             .iter()
             .flat_map(|a| a.probes)
             .map(|spec| {
@@ -46,11 +46,11 @@ pub(super) fn attach_areas(
             })
             .collect();
         phases.mark("(beside it) kprobes opened");
-        let mut index = 0;
+        // In the same order as the loop below walks the probes.
+        let mut opened = opened.into_iter();
         for area in areas {
             for spec in area.probes {
-                let pre = opened.get_mut(index).and_then(Option::take);
-                index += 1;
+                let pre = opened.next().flatten();
                 let state = if let Some(why) = report.standby_reason(area.name, spec) {
                     ProbeState::Standby(why)
                 } else {
@@ -66,7 +66,7 @@ pub(super) fn attach_areas(
                                     pre.and_then(Result::ok),
                                     opts,
                                     &lib_dirs,
-                                    ups,
+                                    links,
                                 )
                             }),
                     };
@@ -109,7 +109,12 @@ pub(super) fn attach_areas(
 
 /// Detaches the programs of `off` (areas attached before their offsets failed to resolve),
 /// except those a kept area also runs.
-pub(super) fn unload_areas(ebpf: &mut Ebpf, ups: &mut plink::Links, off: &[&Area], kept: &[&Area]) {
+pub(super) fn unload_areas(
+    ebpf: &mut Ebpf,
+    links: &mut plink::Links,
+    off: &[&Area],
+    kept: &[&Area],
+) {
     for spec in off.iter().flat_map(|a| a.probes) {
         if kept
             .iter()
@@ -118,7 +123,7 @@ pub(super) fn unload_areas(ebpf: &mut Ebpf, ups: &mut plink::Links, off: &[&Area
         {
             continue;
         }
-        ups.drop_program(spec.program);
+        links.drop_program(spec.program);
         if let Some(prog) = ebpf.program_mut(spec.program) {
             // Unloading detaches every link of the program; one never loaded is left alone.
             let _ = match prog {

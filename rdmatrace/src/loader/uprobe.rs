@@ -230,13 +230,13 @@ pub(super) fn link(
     perf: std::os::fd::OwnedFd,
     (symbol, path): (&str, &std::path::Path),
     cookie: u64,
-    ups: &mut plink::Links,
+    links: &mut plink::Links,
 ) -> Result<(), String> {
     let p: &mut UProbe = prog.try_into().map_err(super::program_error)?;
     let fd = p.fd().map_err(super::program_error)?;
     let link = plink::link(std::os::fd::AsFd::as_fd(fd), perf, cookie)
         .map_err(|e| format!("cannot attach to {}:{symbol}: {e}", path.display()))?;
-    ups.links.push((name, link));
+    links.links.push((name, link));
     Ok(())
 }
 
@@ -247,10 +247,10 @@ pub(super) fn attach(
     symbol: &str,
     path: &std::path::Path,
     cookie: u64,
-    ups: &mut plink::Links,
+    links: &mut plink::Links,
 ) -> Result<(), String> {
-    let perf = open(symbol, path, &mut ups.libs)?;
-    link(prog, name, perf, (symbol, path), cookie, ups)
+    let perf = open(symbol, path, &mut links.libs)?;
+    link(prog, name, perf, (symbol, path), cookie, links)
 }
 
 #[cfg(test)]
