@@ -4,8 +4,8 @@
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
+        bpf_ktime_get_ns,
     },
 };
 use rdmatrace_common::{
@@ -100,7 +100,7 @@ fn fill(h: &mut EventHeader, kind: u32, id: u64) {
     h.ts_ns = unsafe { bpf_ktime_get_ns() };
     h.pid = (id >> 32) as u32;
     h.tid = id as u32;
-    h.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    crate::zero::comm_into(&mut h.comm);
 }
 
 /// Fills `h` for the current task, after sending its cgroup if that is news ([`note_cgroup`];

@@ -12,6 +12,7 @@ mod maps;
 mod probes;
 mod read;
 mod regs;
+mod zero;
 
 #[cfg(not(test))]
 #[panic_handler]

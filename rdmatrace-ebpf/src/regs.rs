@@ -22,6 +22,9 @@ use aya_ebpf::{
 };
 use rdmatrace_common::limits::UNRESOLVED;
 
+#[cfg(bpf_target_arch = "x86_64")]
+use crate::zero::Slot;
+
 /// Argument `n` (0-based) of the probed call, at a position known when the program is written.
 #[inline(always)]
 pub fn arg_at(ctx: &ProbeContext, n: usize) -> Option<u64> {
@@ -38,16 +41,17 @@ pub fn arg(ctx: &ProbeContext, n: u32) -> u64 {
     if n == UNRESOLVED {
         return 0;
     }
-    let all: [u64; 8] = [
-        ctx.arg::<u64>(0).unwrap_or(0),
-        ctx.arg::<u64>(1).unwrap_or(0),
-        ctx.arg::<u64>(2).unwrap_or(0),
-        ctx.arg::<u64>(3).unwrap_or(0),
-        ctx.arg::<u64>(4).unwrap_or(0),
-        ctx.arg::<u64>(5).unwrap_or(0),
-        0,
-        0,
-    ];
+    // Zeroed as 8-byte stores first: the two trailing zeros of an array literal became a
+    // call to the byte-wise `memset` (see `zero`).
+    let mut slot = Slot::<[u64; 8]>::new();
+    // SAFETY: all-zero is a valid array of integers.
+    let all = unsafe { slot.zeroed() };
+    all[0] = ctx.arg::<u64>(0).unwrap_or(0);
+    all[1] = ctx.arg::<u64>(1).unwrap_or(0);
+    all[2] = ctx.arg::<u64>(2).unwrap_or(0);
+    all[3] = ctx.arg::<u64>(3).unwrap_or(0);
+    all[4] = ctx.arg::<u64>(4).unwrap_or(0);
+    all[5] = ctx.arg::<u64>(5).unwrap_or(0);
     let all = core::hint::black_box(all);
     all[(n & 7) as usize]
 }

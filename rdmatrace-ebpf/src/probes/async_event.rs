@@ -14,6 +14,7 @@ use crate::{
     probes::qp::qp_ident,
     read,
     regs::arg,
+    zero::Slot,
 };
 
 #[inline(always)]
@@ -21,8 +22,9 @@ fn emit(cfg: &ProbeConfig, ev_ptr: u64, kind: u32) -> Option<u32> {
     if ev_ptr == 0 {
         return None;
     }
+    let mut slot = Slot::<AsyncEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: AsyncEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::AsyncEvent as u32);
     ev.element = kind;
     ev.event_type = read::field::<u32>(ev_ptr, cfg.ev_event)?;
@@ -42,7 +44,7 @@ fn emit(cfg: &ProbeConfig, ev_ptr: u64, kind: u32) -> Option<u32> {
             }
         }
     }
-    output(&ev);
+    output(ev);
     Some(0)
 }
 
@@ -87,13 +89,14 @@ fn try_dev_unregister(ctx: &ProbeContext) -> Option<u32> {
     if dev == 0 {
         return None;
     }
+    let mut slot = Slot::<AsyncEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: AsyncEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::AsyncEvent as u32);
     ev.element = element::PORT;
     ev.source = async_source::CORE;
     ev.event_type = async_source::DEVICE_UNREGISTER;
     read::bytes(dev, cfg.device_name, &mut ev.qp.dev);
-    output(&ev);
+    output(ev);
     Some(0)
 }

@@ -13,6 +13,7 @@ use crate::{
     probes::{qp::qp_ident, res::res_owner},
     read,
     regs::arg,
+    zero::Slot,
 };
 
 const AF_INET: u16 = 2;
@@ -43,8 +44,9 @@ fn try_cm_event(ctx: &ProbeContext) -> Option<u32> {
     let cfg = config()?;
     let id = arg(ctx, cfg.ucma_arg_id);
     let event = arg(ctx, cfg.ucma_arg_event);
+    let mut slot = Slot::<CmEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: CmEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     let id_priv = id.wrapping_sub(u64::from(cfg.cm_priv_id));
     if cfg.cm_priv_id != UNRESOLVED && cfg.cm_priv_res != UNRESOLVED {
         let res = id_priv + u64::from(cfg.cm_priv_res);
@@ -68,6 +70,6 @@ fn try_cm_event(ctx: &ProbeContext) -> Option<u32> {
     read::bytes(dev, cfg.device_name, &mut ev.qp.dev);
     (ev.src_family, ev.src_port) = sockaddr(id, cfg.cm_id_src, &mut ev.src_addr);
     (ev.dst_family, ev.dst_port) = sockaddr(id, cfg.cm_id_dst, &mut ev.dst_addr);
-    output(&ev);
+    output(ev);
     Some(0)
 }

@@ -16,6 +16,7 @@ use crate::{
     probes::res::res_owner,
     read,
     regs::arg,
+    zero::Slot,
 };
 
 /// `enum rdma_restrack_type` of CQs.
@@ -49,8 +50,9 @@ fn try_cq_comp(ctx: &ProbeContext) -> Option<u32> {
     // SAFETY: only the cqn is read, to compare.
     let fresh = known.is_none_or(|n| unsafe { (*n).cqn } != cqn);
     if fresh {
+        let mut slot = Slot::<CqNotify>::new();
         // SAFETY: all-zero is a valid value of this integer-only struct.
-        let mut n: CqNotify = unsafe { core::mem::zeroed() };
+        let n = unsafe { slot.zeroed() };
         n.owner_pid = res_owner(cfg, res, &mut n.owner_comm);
         if !wanted_pid(cfg, n.owner_pid) {
             return None;
@@ -104,8 +106,9 @@ fn try_rxe_cq_post(ctx: &ProbeContext) -> Option<u32> {
         return None;
     }
     let cq = rcq + u64::from(cfg.rxe_cq_ibcq);
+    let mut slot = Slot::<WcErrorEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: WcErrorEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     let res = cq_res(cfg, cq);
     ev.owner_pid = res_owner(cfg, res, &mut ev.owner_comm);
     if !wanted_pid(cfg, ev.owner_pid) {
@@ -124,6 +127,6 @@ fn try_rxe_cq_post(ctx: &ProbeContext) -> Option<u32> {
     };
     let dev = read::field::<u64>(cq, cfg.res_device[RES_CQ]).unwrap_or(0);
     read::bytes(dev, cfg.device_name, &mut ev.qp.dev);
-    output(&ev);
+    output(ev);
     Some(0)
 }

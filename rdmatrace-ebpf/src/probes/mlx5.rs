@@ -14,6 +14,7 @@ use crate::{
     emit::{config, header, output},
     probes::{qp::qp_ident, res::remember_mr_access},
     regs::arg,
+    zero::Slot,
 };
 
 #[kprobe]
@@ -30,14 +31,15 @@ fn try_mlx5_qp_event(ctx: &ProbeContext) -> Option<u32> {
     let ibqp = mqp
         .wrapping_sub(u64::from(cfg.mlx5_qp_mqp))
         .wrapping_add(u64::from(cfg.mlx5_qp_ibqp));
+    let mut slot = Slot::<AsyncEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: AsyncEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::AsyncEvent as u32);
     ev.element = element::QP;
     ev.source = async_source::MLX5;
     ev.event_type = arg(ctx, cfg.mlx5_event_arg_type) as u32;
     qp_ident(cfg, ibqp, &mut ev.qp);
-    output(&ev);
+    output(ev);
     Some(0)
 }
 

@@ -20,6 +20,7 @@ use crate::{
     maps::{PENDING_CREATE, PENDING_DESTROY, PENDING_MODIFY},
     read,
     regs::{self, arg},
+    zero::Slot,
 };
 
 /// Largest errno the kernel encodes in a pointer (`MAX_ERRNO`).
@@ -63,19 +64,20 @@ fn try_qp_create_exit(ctx: &RetProbeContext) -> Option<u32> {
     let [dev, init_attr] = *unsafe { PENDING_CREATE.get(key) }?;
     let _ = PENDING_CREATE.remove(key);
 
+    let mut slot = Slot::<QpCreateEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: QpCreateEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::QpCreate as u32);
     let ret: u64 = regs::ret(ctx);
     if ret >= MAX_ERRNO.wrapping_neg() {
         ev.ret = ret as i64 as i32;
         ev.qp.qp_type = read::field::<u32>(init_attr, cfg.init_attr_qp_type).unwrap_or(0);
         read::bytes(dev, cfg.device_name, &mut ev.qp.dev);
-        output(&ev);
+        output(ev);
         refused_caps(cfg, dev, init_attr, ev.ret, ev.qp.qp_type);
     } else {
         qp_ident(cfg, ret, &mut ev.qp);
-        output(&ev);
+        output(ev);
     }
     Some(0)
 }
@@ -83,8 +85,9 @@ fn try_qp_create_exit(ctx: &RetProbeContext) -> Option<u32> {
 /// After a refused create: what was asked against what the device allows.
 #[inline(never)]
 fn refused_caps(cfg: &ProbeConfig, dev: u64, init_attr: u64, ret: i32, qp_type: u32) {
+    let mut slot = Slot::<QpCapsEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: QpCapsEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::QpCaps as u32);
     read::bytes(dev, cfg.device_name, &mut ev.dev);
     ev.ret = ret;
@@ -99,7 +102,7 @@ fn refused_caps(cfg: &ProbeConfig, dev: u64, init_attr: u64, ret: i32, qp_type: 
     ev.dev_max_qp_wr = read::field::<u32>(dev, d[0]).unwrap_or(0);
     ev.dev_max_send_sge = read::field::<u32>(dev, d[1]).unwrap_or(0);
     ev.dev_max_recv_sge = read::field::<u32>(dev, d[2]).unwrap_or(0);
-    output(&ev);
+    output(ev);
 }
 
 #[kprobe]
@@ -116,8 +119,9 @@ fn try_qp_modify_enter(ctx: &ProbeContext) -> Option<u32> {
     let attr = arg(ctx, cfg.modify_arg_attr);
     let mask = arg(ctx, cfg.modify_arg_mask) as u32;
 
+    let mut slot = Slot::<QpModifyEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: QpModifyEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::QpModify as u32);
     qp_ident(cfg, qp, &mut ev.qp);
     ev.attr_mask = mask;
@@ -196,8 +200,9 @@ fn try_qp_destroy_enter(ctx: &ProbeContext) -> Option<u32> {
     if !wanted(cfg) {
         return None;
     }
+    let mut slot = Slot::<QpDestroyEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: QpDestroyEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::QpDestroy as u32);
     qp_ident(cfg, arg(ctx, cfg.destroy_arg_qp), &mut ev.qp);
     PENDING_DESTROY

@@ -20,6 +20,7 @@ use crate::{
     maps::PENDING_QUEUE,
     read,
     regs::{self, arg},
+    zero::Slot,
 };
 
 /// Largest errno the kernel encodes in a pointer (`MAX_ERRNO`).
@@ -86,8 +87,9 @@ fn try_exit(ctx: &RetProbeContext, queue: u32) -> Option<u32> {
 
 #[inline(never)]
 fn emit(cfg: &ProbeConfig, queue: u32, obj: u64, attr: u64, errno: i32) {
+    let mut slot = Slot::<QueueCapsEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: QueueCapsEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::QueueCaps as u32);
     ev.ret = errno;
     ev.queue = queue;
@@ -106,5 +108,5 @@ fn emit(cfg: &ProbeConfig, queue: u32, obj: u64, attr: u64, errno: i32) {
         dev
     };
     read::bytes(dev, cfg.device_name, &mut ev.dev);
-    output(&ev);
+    output(ev);
 }

@@ -18,6 +18,7 @@ use crate::{
     emit::{config, header, output, wanted_pid},
     maps::{PENDING_MR_ACCESS, PENDING_RES},
     read, regs,
+    zero::Slot,
 };
 
 /// `enum rdma_restrack_type`: QPs have their own, richer events.
@@ -44,8 +45,9 @@ fn emit(cfg: &ProbeConfig, res: u64, kind: EventKind) -> Option<u32> {
         return None;
     }
     let obj = res.wrapping_sub(u64::from(base_off));
+    let mut slot = Slot::<ResourceEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: ResourceEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     ev.owner_pid = res_owner(cfg, res, &mut ev.owner_comm);
     if !wanted_pid(cfg, ev.owner_pid) {
         return None;
@@ -73,7 +75,7 @@ fn emit(cfg: &ProbeConfig, res: u64, kind: EventKind) -> Option<u32> {
             }
         }
     }
-    output(&ev);
+    output(ev);
     Some(0)
 }
 

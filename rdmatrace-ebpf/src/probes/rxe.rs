@@ -16,6 +16,7 @@ use crate::{
     probes::{qp::qp_ident, res::remember_mr_access},
     read,
     regs::{self, arg},
+    zero::Slot,
 };
 
 #[inline(always)]
@@ -26,13 +27,14 @@ fn emit(cfg: &ProbeConfig, timer: u64, timer_off: u32, why: u32) -> Option<u32> 
     let ibqp = timer
         .wrapping_sub(u64::from(timer_off))
         .wrapping_add(u64::from(cfg.rxe_qp_ibqp));
+    let mut slot = Slot::<RetransmitEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: RetransmitEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::Retransmit as u32);
     qp_ident(cfg, ibqp, &mut ev.qp);
     ev.transport = transport::RXE;
     ev.reason = why;
-    output(&ev);
+    output(ev);
     Some(0)
 }
 
@@ -98,8 +100,9 @@ fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
     let t = match QP_TRAFFIC.get_ptr_mut(qp) {
         Some(t) if unsafe { (*t).qp.qpn } == qpn => t,
         found => {
+            let mut slot = Slot::<QpTraffic>::new();
             // SAFETY: all-zero is a valid value of this integer-only struct.
-            let mut t: QpTraffic = unsafe { core::mem::zeroed() };
+            let t = unsafe { slot.zeroed() };
             qp_ident(cfg, ibqp, &mut t.qp);
             // A freed QP's entry is replaced; a new QP's is made unless another CPU just did.
             // (Two CPUs replacing the same stale entry at once may lose the first packets of the

@@ -15,12 +15,17 @@ use crate::{
     emit::{config, header, output, output_now, wanted},
     maps::TRACED,
     read,
+    zero::Slot,
 };
 
 #[inline(always)]
-fn process_event(cfg: &ProbeConfig, kind: EventKind) -> ProcessEvent {
+fn process_event<'s>(
+    cfg: &ProbeConfig,
+    kind: EventKind,
+    slot: &'s mut Slot<ProcessEvent>,
+) -> &'s mut ProcessEvent {
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: ProcessEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, kind as u32);
     // SAFETY: helper without preconditions; the result is only used through checked reads.
     let task = unsafe { bpf_get_current_task() };
@@ -60,13 +65,14 @@ fn try_process_exec() -> Option<u32> {
     if !wanted(cfg) {
         return None;
     }
-    let ev = process_event(cfg, EventKind::ProcessExec);
+    let mut slot = Slot::new();
+    let ev = process_event(cfg, EventKind::ProcessExec, &mut slot);
     // In a container, the reader looks for the new process's own copies of the verbs
     // libraries at once (see `output_now`); elsewhere the host's copies are probed already.
     if in_other_mount_ns(cfg) {
-        output_now(&ev);
+        output_now(ev);
     } else {
-        output(&ev);
+        output(ev);
     }
     Some(0)
 }
@@ -98,11 +104,12 @@ fn try_process_exit() -> Option<u32> {
     if (id >> 32) as u32 != id as u32 || !wanted(cfg) {
         return None;
     }
-    let mut ev = process_event(cfg, EventKind::ProcessExit);
+    let mut slot = Slot::new();
+    let ev = process_event(cfg, EventKind::ProcessExit, &mut slot);
     // SAFETY: helper without preconditions; used only through checked reads.
     let task = unsafe { bpf_get_current_task() };
     ev.exit_code = read::field::<i32>(task, cfg.task_exit_code).unwrap_or(0);
-    output(&ev);
+    output(ev);
     if cfg.filter_mode != FILTER_ALL {
         let _ = TRACED.remove((id >> 32) as u32);
     }

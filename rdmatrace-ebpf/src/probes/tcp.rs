@@ -4,7 +4,7 @@
 //! `inet_sock_set_state` to SYN_SENT (raw tracepoint, works everywhere).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::bpf_get_current_pid_tgid,
     macros::{kprobe, kretprobe, raw_tracepoint},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
@@ -20,6 +20,7 @@ use crate::{
     emit::{config, header, output, wanted, wanted_pid},
     maps::{add, NOEXIST, PENDING_TCP_SK, SOCK_OWNER, TCP_BYTES},
     read, regs,
+    zero::{comm_into, copy_words, Slot},
 };
 
 const AF_INET: u16 = 2;
@@ -33,11 +34,11 @@ fn remember_owner(sk: u64) {
     if sk == 0 {
         return;
     }
-    let owner = Owner {
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        _pad: 0,
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
-    };
+    let mut slot = Slot::<Owner>::new();
+    // SAFETY: all-zero is a valid value of this integer-only struct.
+    let owner = unsafe { slot.zeroed() };
+    owner.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    comm_into(&mut owner.comm);
     let _ = SOCK_OWNER.insert(sk, owner, 0);
 }
 
@@ -87,8 +88,9 @@ fn tcp_state_event(ctx: &RawTracePointContext, sk: u64, newstate: i32) -> Option
     if read::field::<u16>(sk, cfg.sk_protocol)? != IPPROTO_TCP {
         return None;
     }
+    let mut slot = Slot::<TcpStateEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: TcpStateEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     if !owner_of(cfg, sk, &mut ev.owner) {
         return None;
     }
@@ -96,7 +98,7 @@ fn tcp_state_event(ctx: &RawTracePointContext, sk: u64, newstate: i32) -> Option
     tuple(cfg, sk, &mut ev.tcp);
     ev.tcp.state = newstate as u16;
     ev.oldstate = oldstate as u32;
-    output(&ev);
+    output(ev);
     Some(0)
 }
 
@@ -105,10 +107,11 @@ fn tcp_state_event(ctx: &RawTracePointContext, sk: u64, newstate: i32) -> Option
 #[inline(always)]
 fn owner_of(cfg: &ProbeConfig, sk: u64, out: &mut Owner) -> bool {
     if let Some(o) = SOCK_OWNER.get_ptr(sk) {
-        // SAFETY: a live map value, copied field by field.
+        // SAFETY: a live map value, copied field by field; both `comm`s sit at offset 8 of a
+        // 4-aligned `Owner`.
         unsafe {
             out.pid = (*o).pid;
-            out.comm = (*o).comm;
+            copy_words(out.comm.as_mut_ptr(), (*o).comm.as_ptr(), out.comm.len());
         }
     }
     if out.pid != 0 {
@@ -142,8 +145,9 @@ pub fn tcp_retransmit(ctx: RawTracePointContext) -> u32 {
 fn try_tcp_retransmit(ctx: &RawTracePointContext) -> Option<u32> {
     let cfg = config()?;
     let sk: u64 = ctx.arg(0);
+    let mut slot = Slot::<RetransmitEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: RetransmitEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     // Retransmits run in softirq: filter on the owner when it is known.
     if !owner_of(cfg, sk, &mut ev.owner) {
         return None;
@@ -152,7 +156,7 @@ fn try_tcp_retransmit(ctx: &RawTracePointContext) -> Option<u32> {
     ev.transport = transport::TCP;
     ev.reason = reason::TCP_RETRANSMIT_SKB;
     tuple(cfg, sk, &mut ev.tcp);
-    output(&ev);
+    output(ev);
     Some(0)
 }
 
@@ -178,38 +182,39 @@ fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
     add_bytes(cfg, sk, family, ret as u64, tx)
 }
 
+/// Reads the socket's peer address into `daddr` (IPv4 in its first four bytes).
+#[inline(always)]
+fn peer_addr(cfg: &ProbeConfig, sk: u64, family: u16, daddr: &mut [u8; 16]) -> bool {
+    if family == AF_INET6 {
+        read::bytes(sk, cfg.sk_v6_daddr, daddr)
+    } else {
+        read::bytes(sk, cfg.sk_daddr, &mut daddr[..4])
+    }
+}
+
 /// Adds `bytes` to the calling process's TCP totals towards the socket's peer.
 #[inline(always)]
 fn add_bytes(cfg: &ProbeConfig, sk: u64, family: u16, bytes: u64, tx: bool) -> Option<u32> {
-    let mut key = TcpPeerKey {
-        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        family,
-        _pad: 0,
-        daddr: [0; 16],
-    };
-    let ok = if family == AF_INET6 {
-        read::bytes(sk, cfg.sk_v6_daddr, &mut key.daddr)
-    } else {
-        read::bytes(sk, cfg.sk_daddr, &mut key.daddr[..4])
-    };
-    if !ok {
-        key.family = 0;
+    let mut key_slot = Slot::<TcpPeerKey>::new();
+    // SAFETY: all-zero is a valid value of this integer-only struct.
+    let key = unsafe { key_slot.zeroed() };
+    key.tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if peer_addr(cfg, sk, family, &mut key.daddr) {
+        key.family = family;
     }
-    if TCP_BYTES.get_ptr_mut(&key).is_none() {
-        let fresh = TcpBytes {
-            tx_bytes: 0,
-            rx_bytes: 0,
-            tx_calls: 0,
-            rx_calls: 0,
-            comm: bpf_get_current_comm().unwrap_or([0; 16]),
-            daddr: key.daddr,
-            family: key.family,
-            _pad: [0; 6],
-        };
+    if TCP_BYTES.get_ptr_mut(&*key).is_none() {
+        let mut slot = Slot::<TcpBytes>::new();
+        // SAFETY: as above.
+        let fresh = unsafe { slot.zeroed() };
+        comm_into(&mut fresh.comm);
+        // Read again rather than copied from the key: an array copy costs a byte-wise memcpy.
+        if key.family != 0 && peer_addr(cfg, sk, family, &mut fresh.daddr) {
+            fresh.family = family;
+        }
         // Another CPU's entry for the same key, made meanwhile, is kept (its counts with it).
-        let _ = TCP_BYTES.insert(&key, fresh, NOEXIST);
+        let _ = TCP_BYTES.insert(&*key, fresh, NOEXIST);
     }
-    let v = TCP_BYTES.get_ptr_mut(&key)?;
+    let v = TCP_BYTES.get_ptr_mut(&*key)?;
     // SAFETY: fields of a live map value; other CPUs add to them too, atomically.
     unsafe {
         if tx {

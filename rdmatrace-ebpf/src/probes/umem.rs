@@ -16,6 +16,7 @@ use crate::{
     maps::PENDING_UMEM,
     read,
     regs::{self, arg},
+    zero::Slot,
 };
 
 /// Largest errno the kernel encodes in a pointer (`MAX_ERRNO`).
@@ -53,8 +54,9 @@ fn try_umem_get_exit(ctx: &RetProbeContext) -> Option<u32> {
     if ret < MAX_ERRNO.wrapping_neg() {
         return Some(0);
     }
+    let mut slot = Slot::<UmemFailedEvent>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
-    let mut ev: UmemFailedEvent = unsafe { core::mem::zeroed() };
+    let ev = unsafe { slot.zeroed() };
     header(&mut ev.header, EventKind::UmemFailed as u32);
     ev.ret = ret as i64 as i32;
     ev.size = size;
@@ -65,6 +67,6 @@ fn try_umem_get_exit(ctx: &RetProbeContext) -> Option<u32> {
     ev.memlock = read::field::<u64>(signal, cfg.signal_rlim_memlock).unwrap_or(u64::MAX);
     let mm = read::field::<u64>(task, cfg.task_mm).unwrap_or(0);
     ev.pinned_pages = read::field::<u64>(mm, cfg.mm_pinned_vm).unwrap_or(u64::MAX);
-    output(&ev);
+    output(ev);
     Some(0)
 }
