@@ -289,10 +289,24 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     // kernel's BTF, so the object needs no kernel BTF: see
     // `the_probes_need_no_kernel_btf_to_load`; and the programs emit nothing until their config
     // is written, below) while this one reads BTF and resolves every area's offsets.
+    // A third one opens (arms) the kprobes from the start (see `pass::open_kprobes`).
     let (resolved, loaded) = std::thread::scope(|s| {
-        let loader = s.spawn(|| {
+        let wanted = &wanted;
+        let kprobes = s.spawn(|| {
             let mut side = Phases::new();
-            let loaded = load_and_attach(opts, &wanted, &mut side);
+            let opened = pass::open_kprobes(wanted);
+            side.mark("(beside it) kprobes opened");
+            (opened, side.out)
+        });
+        let loader = s.spawn(move || {
+            let mut side = Phases::new();
+            let mut opened_phases = Vec::new();
+            let loaded = load_and_attach(opts, wanted, &mut side, || {
+                let (opened, out) = kprobes.join().ok()?;
+                opened_phases = out;
+                Some(opened)
+            });
+            side.out.extend(opened_phases);
             (loaded, side.out)
         });
         let resolved = resolve::areas(opts, areas, &mut phases);
@@ -336,6 +350,7 @@ fn load_and_attach(
     opts: &LoadOptions,
     areas: &[&Area],
     phases: &mut Phases,
+    opened: impl FnOnce() -> Option<pass::Opened>,
 ) -> Result<(Ebpf, AttachReport, plink::Links), LoadError> {
     let ebpf = loader_from_own_thread()
         .btf(None)
@@ -353,7 +368,7 @@ fn load_and_attach(
         insert_traced(&mut ebpf, *pid)?;
     }
     let mut links = plink::Links::default();
-    let report = pass::attach_areas(&mut ebpf, areas, opts, phases, &mut links);
+    let report = pass::attach_areas(&mut ebpf, areas, opts, phases, &mut links, opened);
     Ok((ebpf, report, links))
 }
 

@@ -42,6 +42,8 @@ fn wanted(areas: &[&Area], lib_dirs: &[PathBuf]) -> Vec<ProbeSpec> {
             found.push(*spec);
         }
     }
+    // In the attach pass's order: the other hooks before the kprobes.
+    found.sort_by_key(|s| !super::pass::before_kprobes(s));
     found
 }
 
