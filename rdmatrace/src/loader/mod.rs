@@ -292,17 +292,20 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     // A third one opens (arms) the kprobes from the start (see `pass::open_kprobes`).
     let (resolved, loaded) = std::thread::scope(|s| {
         let wanted = &wanted;
-        let kprobes = s.spawn(|| {
-            let mut side = Phases::new();
-            let opened = pass::open_kprobes(wanted);
-            side.mark("(beside it) kprobes opened");
-            (opened, side.out)
+        // (None on a kernel without kprobes: nothing to open.)
+        let kprobes = kprobes_supported().then(|| {
+            s.spawn(|| {
+                let mut side = Phases::new();
+                let opened = pass::open_kprobes(wanted);
+                side.mark("(beside it) kprobes opened");
+                (opened, side.out)
+            })
         });
         let loader = s.spawn(move || {
             let mut side = Phases::new();
             let mut opened_phases = Vec::new();
             let loaded = load_and_attach(opts, wanted, &mut side, || {
-                let (opened, out) = kprobes.join().ok()?;
+                let (opened, out) = kprobes?.join().ok()?;
                 opened_phases = out;
                 Some(opened)
             });
