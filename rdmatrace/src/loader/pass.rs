@@ -1,9 +1,10 @@
 //! The attach pass: every probe of the wanted areas verified (on worker threads) and attached,
-//! in area order, with why each did not. Every kprobe is opened first, from the start of the
-//! load on a thread of its own (arming them is serialized in the kernel and takes longest),
-//! while the object is loaded and its programs verified; then each probe is linked to its
-//! program. It needs neither the kernel's BTF nor the offsets
-//! resolved from it: the programs emit nothing until user space writes their config (see
+//! with why each did not (reported in area order). The kprobes are opened (armed) from the
+//! start of the load on a thread of their own ([`open_kprobes`]: arming them is serialized in
+//! the kernel and takes longest) while the object is loaded and its programs verified; the pass
+//! attaches the probes on other hooks meanwhile, then links each kprobe to its program. It
+//! needs neither the kernel's BTF nor the offsets resolved from it: the programs emit nothing
+//! until user space writes their config (see
 //! `rdmatrace_common::config::ProbeConfig::ready`), so the pass runs on the object's thread
 //! while the main thread reads BTF. Areas whose offsets then fail to resolve are taken off
 //! again ([`unload_areas`]).
@@ -48,8 +49,8 @@ pub(super) fn before_kprobes(spec: &ProbeSpec) -> bool {
 }
 
 /// Attaches every probe of `areas`, linking the kprobes [`open_kprobes`] opened (`opened`:
-/// waited for once the programs are being verified); their statuses, and the pass's phase
-/// timings.
+/// waited for when the pass reaches its first kprobe; `None` if that thread failed or never
+/// ran); their statuses, and the pass's phase timings.
 pub(super) fn attach_areas(
     ebpf: &mut Ebpf,
     areas: &[&Area],
