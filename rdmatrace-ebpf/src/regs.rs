@@ -23,7 +23,7 @@ use aya_ebpf::{
 use rdmatrace_common::limits::UNRESOLVED;
 
 #[cfg(bpf_target_arch = "x86_64")]
-use crate::zero::Slot;
+use core::mem::MaybeUninit;
 
 /// Argument `n` (0-based) of the probed call, at a position known when the program is written.
 #[inline(always)]
@@ -41,17 +41,22 @@ pub fn arg(ctx: &ProbeContext, n: u32) -> u64 {
     if n == UNRESOLVED {
         return 0;
     }
-    // Zeroed as 8-byte stores first: the two trailing zeros of an array literal became a
-    // call to the byte-wise `memset` (see `zero`).
-    let mut slot = Slot::<[u64; 8]>::new();
-    // SAFETY: all-zero is a valid array of integers.
-    let all = unsafe { slot.zeroed() };
-    all[0] = ctx.arg::<u64>(0).unwrap_or(0);
-    all[1] = ctx.arg::<u64>(1).unwrap_or(0);
-    all[2] = ctx.arg::<u64>(2).unwrap_or(0);
-    all[3] = ctx.arg::<u64>(3).unwrap_or(0);
-    all[4] = ctx.arg::<u64>(4).unwrap_or(0);
-    all[5] = ctx.arg::<u64>(5).unwrap_or(0);
+    let mut slot = MaybeUninit::<[u64; 8]>::uninit();
+    let p = slot.as_mut_ptr().cast::<u64>();
+    // SAFETY: eight aligned writes, one per element of the array, initialize it whole. The two
+    // zeros are volatile: as plain stores side by side (an array literal's) they became a call
+    // to the byte-wise `memset` (see `zero`), on every packet.
+    let all = unsafe {
+        p.write(ctx.arg::<u64>(0).unwrap_or(0));
+        p.add(1).write(ctx.arg::<u64>(1).unwrap_or(0));
+        p.add(2).write(ctx.arg::<u64>(2).unwrap_or(0));
+        p.add(3).write(ctx.arg::<u64>(3).unwrap_or(0));
+        p.add(4).write(ctx.arg::<u64>(4).unwrap_or(0));
+        p.add(5).write(ctx.arg::<u64>(5).unwrap_or(0));
+        p.add(6).write_volatile(0);
+        p.add(7).write_volatile(0);
+        slot.assume_init_mut()
+    };
     let all = core::hint::black_box(all);
     all[(n & 7) as usize]
 }

@@ -38,6 +38,13 @@ pub enum Hook {
     PerfCpuClock,
 }
 
+impl Hook {
+    /// A kprobe or a kretprobe (a `perf_event_open` of the kprobe PMU).
+    pub fn is_kprobe(self) -> bool {
+        matches!(self, Hook::Kprobe | Hook::Kretprobe)
+    }
+}
+
 impl std::fmt::Display for Hook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -25,18 +25,17 @@ pub(super) type Opened = Vec<Option<Result<OwnedFd, Failed>>>;
 
 /// Opens (arms) every primary kprobe of `areas`: one at a time in the kernel, the longest part
 /// of start-up, and it needs no program, so it runs on a thread of its own from the start,
-/// beside the object load and the verification. Fallbacks are opened only when needed.
+/// beside the object load and the verification (only where the kernel has kprobes: `load`
+/// checks). Fallbacks are opened only when needed.
 /// (Opening the uprobes on yet another thread meanwhile was tried: in the lab the kprobes then
 /// took longer to open by more than the uprobes gained.)
 pub(super) fn open_kprobes(areas: &[&Area]) -> Opened {
-    let kprobes = super::kprobes_supported();
     areas
         .iter()
         .flat_map(|a| a.probes)
         .map(|spec| {
             let primary = !matches!(spec.role, Role::InsteadOf(_));
-            let kprobe = matches!(spec.hook, Hook::Kprobe | Hook::Kretprobe);
-            (primary && kprobe && kprobes).then(|| open_kprobe(spec))
+            (primary && spec.hook.is_kprobe()).then(|| open_kprobe(spec))
         })
         .collect()
 }
@@ -45,7 +44,7 @@ pub(super) fn open_kprobes(areas: &[&Area]) -> Opened {
 /// nothing the kprobes' thread is still doing). The verifying threads take programs in the same
 /// order.
 pub(super) fn before_kprobes(spec: &ProbeSpec) -> bool {
-    !matches!(spec.hook, Hook::Kprobe | Hook::Kretprobe) && !matches!(spec.role, Role::InsteadOf(_))
+    !spec.hook.is_kprobe() && !matches!(spec.role, Role::InsteadOf(_))
 }
 
 /// Attaches every probe of `areas`, linking the kprobes [`open_kprobes`] opened (`opened`:
@@ -81,7 +80,7 @@ pub(super) fn attach_areas(
         let mut placed = Vec::with_capacity(flat.len());
         for i in order {
             let (area, spec) = flat[i];
-            let pre = if matches!(spec.hook, Hook::Kprobe | Hook::Kretprobe) {
+            let pre = if spec.hook.is_kprobe() {
                 if let Some(open) = opened.take() {
                     pre_opened = open().unwrap_or_default();
                     phases.mark("(beside it) waiting for the kprobes to be opened");
