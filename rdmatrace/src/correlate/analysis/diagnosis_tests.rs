@@ -430,6 +430,25 @@ fn a_refused_cq_or_srq_names_the_depth_above_the_devices() {
         "{}",
         r.diagnoses[1].cause
     );
+    assert_eq!(
+        r.diagnoses[0].fix,
+        "ask for no more than the device allows (`ibv_devinfo -v` on rxe0 lists max_cqe), or \
+         spread the work over more CQs"
+    );
+    assert_eq!(
+        r.diagnoses[1].fix,
+        "ask for no more than the device allows (`ibv_devinfo -v` on rxe0 lists max_srq_wr and \
+         max_srq_sge), or spread the work over more SRQs"
+    );
+    // Nothing asked above the device's limits: the other limits are named instead.
+    let mut a = Analysis::default();
+    a.push(9, "trainer", 7, caps("CQ", 64, 0, 0));
+    let r = a.finish();
+    assert_eq!(
+        r.diagnoses[0].fix,
+        "check the other limits (`ibv_devinfo -v`: max_cq, max_srq, the completion vector) and \
+         the process's locked-memory limit"
+    );
 }
 
 #[test]

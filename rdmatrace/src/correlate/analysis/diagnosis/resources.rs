@@ -195,7 +195,8 @@ impl Diagnoser {
                     "pid {} ({}) could not create a {q} on {dev}: {errno}; nothing asked is above the device's limits",
                     rec.pid, rec.comm
                 ),
-                "check the other limits (`ibv_devinfo -v`: max_cq, max_srq, the completion                  vector) and the process's locked-memory limit"
+                "check the other limits (`ibv_devinfo -v`: max_cq, max_srq, the completion \
+                 vector) and the process's locked-memory limit"
                     .to_string(),
             )
         } else {
@@ -207,7 +208,8 @@ impl Diagnoser {
                     over.join(", ")
                 ),
                 format!(
-                    "ask for no more than the device allows (`ibv_devinfo -v` on {dev} lists                      {depth_limit}{}), or spread the work over more {q}s",
+                    "ask for no more than the device allows (`ibv_devinfo -v` on {dev} lists \
+                     {depth_limit}{}), or spread the work over more {q}s",
                     if sge_limit.is_empty() {
                         String::new()
                     } else {
