@@ -109,11 +109,12 @@ tracer_usage() {
 
 # Control-path churn under a tracer, so that its control-path programs run hundreds of times a
 # round: with a handful of runs, a program's time per run is mostly the emulator translating
-# its code the first time (TCG), not the program. QPs created, brought to INIT and destroyed
-# (verbs, restrack), processes forked, exec'd and exited, loopback TCP connections opened, used
-# and closed.
+# its code the first time (TCG), not the program. QPs created, brought to INIT and destroyed,
+# CQs created and memory registered (verbs, restrack, umem), processes forked, exec'd and
+# exited, loopback TCP connections opened, used and closed.
 churn() {
-    "$w/rt-manyqp" --dev rxe0 --qps 200 --hold 0 >/dev/null || say "rt-manyqp failed in the churn"
+    "$w/rt-manyqp" --dev rxe0 --qps 200 --cqs 200 --mrs 200 --hold 0 >/dev/null ||
+        say "rt-manyqp failed in the churn"
     for _ in $(seq 200); do /bin/true; done
     python3 - <<'PY' || say "the TCP churn failed"
 import socket

@@ -116,6 +116,22 @@ impl Verbs {
         Ok(Srq { srq })
     }
 
+    /// Creates a CQ of `cqe` entries on this context, without a channel (destroyed when
+    /// dropped).
+    pub fn create_cq(&self, cqe: i32) -> anyhow::Result<Cq> {
+        // SAFETY: ctx is open; no channel, vector 0.
+        let cq =
+            unsafe { ibv_create_cq(self.ctx, cqe, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        if cq.is_null() {
+            bail!(
+                "ibv_create_cq of {cqe} entries on {} failed: {}",
+                self.name,
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(Cq { cq })
+    }
+
     /// Creates an RC QP on this context's PD/CQ.
     pub fn create_rc_qp(&self) -> anyhow::Result<Qp> {
         self.create_rc_qp_with(4)
@@ -231,6 +247,18 @@ impl Drop for Srq {
     fn drop(&mut self) {
         // SAFETY: srq was created by ibv_create_srq and is destroyed once.
         unsafe { ibv_destroy_srq(self.srq) };
+    }
+}
+
+/// A completion queue of its own (besides the context's).
+pub struct Cq {
+    cq: *mut ibv_cq,
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: cq was created by ibv_create_cq, has no QP on it, and is destroyed once.
+        unsafe { ibv_destroy_cq(self.cq) };
     }
 }
 

@@ -229,8 +229,9 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
          without a page cache); attach time is from the tracer's start to its ready line, \
          read by the script without starting a process (a `grep`, `sleep` or `date` costs \
          70-90 ms under TCG); under each tracer, once perftest is done, a control-path \
-         churn follows (200 QPs created, brought to INIT and destroyed by `rt-manyqp`; 200 \
-         processes run; 200 loopback TCP connections), for the per-program costs below. \
+         churn follows (`rt-manyqp`: 200 QPs created and brought to INIT, 200 more CQs \
+         created and 200 one-page MRs registered, all then freed; 200 processes run; 200 \
+         loopback TCP connections), for the per-program costs below. \
          Overhead = median over rounds of (with tracer / without, same round) − 1.\n",
         lab.kernel,
         match lab.kvm {
