@@ -238,7 +238,7 @@ impl Verbs {
     }
 }
 
-/// A registered memory region.
+/// A shared receive queue.
 pub struct Srq {
     srq: *mut ibv_srq,
 }
@@ -262,6 +262,7 @@ impl Drop for Cq {
     }
 }
 
+/// A registered memory region.
 pub struct Mr {
     mr: *mut ibv_mr,
 }
