@@ -3,14 +3,14 @@
 use std::mem::size_of;
 
 use rdmatrace_common::event::{
-    async_source, attr_mask as mask, element, reason, transport, verbs_func,
-    AsyncEvent as RawAsync, CgroupEvent, CmEvent as RawCm, CounterSample, CpuSampleEvent,
-    CqNotifySample, EventHeader, EventKind, GidSample, PortSample, ProcessEvent, QpCapsEvent,
-    QpCounterSample, QpCreateEvent, QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample,
-    QpTrafficSample, QueueCapsEvent, ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent,
-    TcpTuple as RawTcp, UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_MIN_RNR_TIMER,
-    AV_SGID_INDEX, MIN_RNR_TIMER_SHIFT, QP_TRAFFIC_SAMPLE_V1, QUEUE_SRQ, RESOURCE_EVENT_V1,
-    STATE_UNKNOWN, TCP_BYTES_SAMPLE_V1,
+    async_source, attr_mask as mask, element, verbs_func, AsyncEvent as RawAsync, CgroupEvent,
+    CmEvent as RawCm, CounterSample, CpuSampleEvent, CqNotifySample, EventHeader, EventKind,
+    GidSample, PortSample, ProcessEvent, QpCapsEvent, QpCounterSample, QpCreateEvent,
+    QpDestroyEvent, QpIdent, QpModifyEvent, QpResSample, QpTrafficSample, QueueCapsEvent,
+    ResourceEvent, RetransmitEvent, TcpBytesSample, TcpStateEvent, TcpTuple as RawTcp,
+    UmemFailedEvent, VerbsCallEvent, WcErrorEvent, AV_MIN_RNR_TIMER, AV_SGID_INDEX,
+    MIN_RNR_TIMER_SHIFT, QP_TRAFFIC_SAMPLE_V1, QUEUE_SRQ, RESOURCE_EVENT_V1, STATE_UNKNOWN,
+    TCP_BYTES_SAMPLE_V1,
 };
 
 use crate::{
@@ -19,16 +19,16 @@ use crate::{
         cm_event_name, ib_event_name, mlx5_event_name, port_state_name, wc_status_name,
         AsyncElement, AsyncEvent, Body, CmEvent, CompactString, CounterDelta, CpuSample,
         CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCaps, QpCounterDelta,
-        QpInfo, QpKey, QpResRow, QpState, QpTrafficDelta, QueueCaps, Record, ResChange, ResType,
-        Resource, Retransmit, TcpBytesDelta, TcpState, TcpTuple, Transport, UmemFailed, VerbsCall,
-        WcError,
+        QpInfo, QpKey, QpResRow, QpState, QueueCaps, Record, ResChange, ResType, Resource,
+        TcpBytesDelta, TcpState, TcpTuple, UmemFailed, VerbsCall, WcError,
     },
 };
 
 mod read;
+mod reuse;
 
 pub use read::c_str;
-use read::{nul_at, read, read_grown};
+use read::{read, read_grown};
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -100,30 +100,9 @@ fn ip(family: u16, raw: &[u8; 16]) -> std::net::IpAddr {
 }
 
 fn retransmit(ev: &RetransmitEvent) -> Body {
-    let transport = match ev.transport {
-        transport::MLX5 => Transport::Mlx5,
-        transport::TCP => Transport::Tcp,
-        _ => Transport::Rxe,
-    };
-    let reason = match ev.reason {
-        reason::RXE_RETRANSMIT_TIMER => "retransmit_timer",
-        reason::RXE_RNR_NAK_TIMER => "rnr_nak_timer",
-        reason::TCP_RETRANSMIT_SKB => "tcp_retransmit_skb",
-        _ => "unknown",
-    };
-    let (qp, tcp) = if transport == Transport::Tcp {
-        (None, Some(tcp_tuple(&ev.tcp)))
-    } else {
-        (Some(qp_info(&ev.qp)), None)
-    };
-    Body::Retransmit(Retransmit {
-        transport,
-        reason,
-        qp,
-        tcp,
-        owner_pid: ev.owner.pid,
-        owner_comm: c_str(&ev.owner.comm),
-    })
+    let mut r = reuse::empty_retransmit();
+    reuse::retransmit_into(ev, &mut r);
+    Body::Retransmit(r)
 }
 
 fn tcp_tuple(t: &RawTcp) -> TcpTuple {
@@ -330,6 +309,11 @@ pub fn decode_into(
         }
         EventKind::Retransmit => {
             let ev = read::<RetransmitEvent>(bytes, kind)?;
+            if let Body::Retransmit(r) = &mut rec.body {
+                reuse::retransmit_into(&ev, r);
+                set_header(rec, &header, anchor);
+                return Ok(());
+            }
             retransmit(&ev)
         }
         EventKind::ResourceAdd | EventKind::ResourceDel => {
@@ -346,28 +330,31 @@ pub fn decode_into(
         }
         EventKind::TcpBytes => {
             let ev = read_grown::<TcpBytesSample>(bytes, kind, TCP_BYTES_SAMPLE_V1)?;
-            let b = ev.bytes;
-
-            Body::TcpBytes(TcpBytesDelta {
-                tx_bytes: b.tx_bytes,
-                rx_bytes: b.rx_bytes,
-                tx_calls: b.tx_calls,
-                rx_calls: b.rx_calls,
-                peer: (b.family != 0).then(|| ip(b.family, &b.daddr).to_canonical()),
-            })
+            if let Body::TcpBytes(d) = &mut rec.body {
+                reuse::tcp_bytes_into(&ev, d);
+                set_header(rec, &header, anchor);
+                return Ok(());
+            }
+            let mut d = TcpBytesDelta {
+                tx_bytes: 0,
+                rx_bytes: 0,
+                tx_calls: 0,
+                rx_calls: 0,
+                peer: None,
+            };
+            reuse::tcp_bytes_into(&ev, &mut d);
+            Body::TcpBytes(d)
         }
         EventKind::QpTraffic => {
             let ev = read_grown::<QpTrafficSample>(bytes, kind, QP_TRAFFIC_SAMPLE_V1)?;
-
-            Body::QpTraffic(QpTrafficDelta {
-                qp: qp_info(&ev.traffic.qp),
-                tx_packets: ev.traffic.tx_packets,
-                tx_bytes: ev.traffic.tx_bytes,
-                rx_packets: ev.traffic.rx_packets,
-                rx_bytes: ev.traffic.rx_bytes,
-                owner_pid: 0,
-                owner_comm: CompactString::const_new(""),
-            })
+            if let Body::QpTraffic(d) = &mut rec.body {
+                reuse::qp_traffic_into(&ev, d);
+                set_header(rec, &header, anchor);
+                return Ok(());
+            }
+            let mut d = reuse::empty_qp_traffic();
+            reuse::qp_traffic_into(&ev, &mut d);
+            Body::QpTraffic(d)
         }
         EventKind::TcpState => {
             let ev = read::<TcpStateEvent>(bytes, kind)?;
@@ -522,18 +509,20 @@ pub fn decode_into(
             })
         }
     };
+    rec.body = body;
+    set_header(rec, &header, anchor);
+    Ok(())
+}
+
+/// The record's fields from the event header.
+fn set_header(rec: &mut Record, header: &EventHeader, anchor: &ClockAnchor) {
     rec.ts_ns = header.ts_ns;
     rec.wall_ns = anchor.wall_ns(header.ts_ns);
     rec.cpu = header.cpu;
     rec.pid = header.pid;
     rec.tid = header.tid;
     // Consecutive records mostly come from the same task: keep its name when it is the same.
-    let comm = &header.comm[..nul_at(&header.comm)];
-    if rec.comm.as_bytes() != comm {
-        rec.comm = c_str(comm);
-    }
-    rec.body = body;
-    Ok(())
+    reuse::set_c_str(&mut rec.comm, &header.comm);
 }
 
 #[cfg(test)]

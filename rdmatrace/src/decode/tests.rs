@@ -233,3 +233,82 @@ fn a_sample_decoded_over_another_has_only_its_own_frames() {
     assert_eq!(c.kernel.len(), 2);
     assert!(c.user.iter().chain(&c.kernel).all(|f| f.name.is_none()));
 }
+
+/// Runs of one kind are decoded into the body the record holds already: the result must be
+/// the same as a fresh decode, whatever the previous record held and whatever the correlator
+/// wrote into it (an owner).
+#[test]
+fn decoding_into_a_reused_record_equals_a_fresh_decode() {
+    use rdmatrace_common::event::{
+        reason, transport, QpTrafficSample, RetransmitEvent, TcpBytesSample,
+    };
+    let t = crate::testing::name;
+    let header = |kind: EventKind, pid: u32, comm: &str| EventHeader {
+        kind: kind as u32,
+        cpu: pid % 3,
+        ts_ns: u64::from(pid) * 10,
+        pid,
+        tid: pid + 1,
+        comm: t(comm),
+    };
+    let rxe = |pid: u32, dev: &str, qpn: u32, owner: (u32, &str)| {
+        let mut r: RetransmitEvent = crate::testing::zeroed();
+        r.header = header(EventKind::Retransmit, pid, "ksoftirqd/1");
+        r.qp = crate::testing::qp(dev, qpn, 2);
+        r.transport = transport::RXE;
+        r.reason = reason::RXE_RNR_NAK_TIMER;
+        (r.owner.pid, r.owner.comm) = (owner.0, t(owner.1));
+        bytes_of(&r)
+    };
+    let tcp = |pid: u32| {
+        let mut r: RetransmitEvent = crate::testing::zeroed();
+        r.header = header(EventKind::Retransmit, pid, "swapper/0");
+        r.transport = transport::TCP;
+        r.reason = reason::TCP_RETRANSMIT_SKB;
+        (r.owner.pid, r.owner.comm) = (77, t("iperf"));
+        (r.tcp.family, r.tcp.sport, r.tcp.dport) = (2, 40000, 5201);
+        r.tcp.daddr[..4].copy_from_slice(&[192, 0, 2, 9]);
+        bytes_of(&r)
+    };
+    let traffic = |pid: u32, dev: &str, qpn: u32, packets: u64| {
+        let mut s: QpTrafficSample = crate::testing::zeroed();
+        s.header = header(EventKind::QpTraffic, pid, "");
+        s.traffic.qp = crate::testing::qp(dev, qpn, 4);
+        (s.traffic.tx_packets, s.traffic.rx_bytes) = (packets, packets * 4096);
+        bytes_of(&s)
+    };
+    let tcp_bytes = |pid: u32, family: u16| {
+        let mut s: TcpBytesSample = crate::testing::zeroed();
+        s.header = header(EventKind::TcpBytes, pid, "app");
+        (s.bytes.tx_bytes, s.bytes.rx_calls, s.bytes.family) = (100, 3, family);
+        s.bytes.daddr[..4].copy_from_slice(&[192, 0, 2, 7]);
+        bytes_of(&s)
+    };
+    let stream = [
+        rxe(1, "rxe0", 17, (0, "")),
+        rxe(2, "rxe0", 18, (0, "")),
+        rxe(3, "mlx5_1", 18, (5, "owner")),
+        tcp(4),
+        rxe(5, "rxe0", 17, (0, "")),
+        traffic(6, "rxe0", 17, 9),
+        traffic(7, "rxe1", 17, 0),
+        tcp_bytes(8, 2),
+        tcp_bytes(9, 0),
+        bytes_of(&modify_event()),
+        tcp(10),
+        tcp(11),
+    ];
+    let anchor = ClockAnchor::fixed(5);
+    let mut rec = Record::lost(0, None, 0, &anchor);
+    for (i, bytes) in stream.iter().enumerate() {
+        decode_into(bytes, &anchor, &mut rec).expect("decode");
+        let fresh = decode(bytes, &anchor).expect("decode");
+        assert_eq!(rec, fresh, "record {i}");
+        // What the correlator writes into owner-less records.
+        match &mut rec.body {
+            Body::Retransmit(r) => (r.owner_pid, r.owner_comm) = (999, "stale".into()),
+            Body::QpTraffic(q) => (q.owner_pid, q.owner_comm) = (999, "stale".into()),
+            _ => {}
+        }
+    }
+}
