@@ -130,6 +130,7 @@ fn replay_section(s: &mut String, r: &Replay) {
         r.events
     );
     let _ = writeln!(s, "| what | target | measured |\n|---|---|---|");
+    let mut short = false;
     for (name, ns, lo, hi) in &r.results {
         let (what, target) = match *name {
             "file" => ("`Replay::run`: chunk CRC + LZ4 + decode + correlate", 10e6),
@@ -140,6 +141,7 @@ fn replay_section(s: &mut String, r: &Replay) {
             _ => ("decode + correlate (entries already in memory)", 15e6),
         };
         let rate = r.events_per_sec(*ns);
+        short |= rate < target;
         let met = if rate >= target { "met" } else { "**not met**" };
         let _ = writeln!(
             s,
@@ -151,6 +153,9 @@ fn replay_section(s: &mut String, r: &Replay) {
         );
     }
     s.push('\n');
+    if short {
+        super::tried::section(s, "replay", "replay throughput");
+    }
 }
 
 fn storm_section(s: &mut String, storms: &[Storm]) {

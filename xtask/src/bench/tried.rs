@@ -32,7 +32,12 @@ mod tests {
 
     #[test]
     fn every_target_the_report_names_has_notes() {
-        for key in ["lab-attach", "per-packet-floor", "control-path-vs-bpftrace"] {
+        for key in [
+            "lab-attach",
+            "per-packet-floor",
+            "control-path-vs-bpftrace",
+            "replay",
+        ] {
             let text = items(key).unwrap_or_else(|| panic!("no section {key}"));
             assert!(text.starts_with("- "), "{key}: {text}");
             assert!(!text.contains("\n## "), "{key} runs into the next section");
