@@ -28,7 +28,12 @@ pub fn config() -> Option<&'static ProbeConfig> {
 /// softirq or a kernel worker) pass [`wanted_pid`] too.
 #[inline(always)]
 pub fn wanted(cfg: &ProbeConfig) -> bool {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    wanted_task(cfg, (bpf_get_current_pid_tgid() >> 32) as u32)
+}
+
+/// [`wanted`] for the current task, whose process id the caller read already.
+#[inline(always)]
+pub fn wanted_task(cfg: &ProbeConfig, tgid: u32) -> bool {
     if wanted_pid(cfg, tgid) {
         return true;
     }

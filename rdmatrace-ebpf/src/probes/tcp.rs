@@ -14,10 +14,11 @@ use rdmatrace_common::{
         reason, transport, EventKind, Owner, RetransmitEvent, TcpBytes, TcpPeerKey, TcpStateEvent,
         TcpTuple,
     },
+    limits::UNRESOLVED,
 };
 
 use crate::{
-    emit::{config, header, output, wanted, wanted_pid},
+    emit::{config, header, output, wanted, wanted_pid, wanted_task},
     maps::{add, NOEXIST, PENDING_TCP_SK, SOCK_OWNER, TCP_BYTES},
     read, regs,
     zero::{comm_into, copy_words, Slot},
@@ -167,7 +168,8 @@ const IPPROTO_TCP: u16 = 6;
 #[inline(always)]
 fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
     let cfg = config()?;
-    if !wanted(cfg) {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !wanted_task(cfg, tgid) {
         return None;
     }
     let sk: u64 = ctx.arg(0);
@@ -175,11 +177,42 @@ fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
     if ret <= 0 || read::field::<u16>(sk, cfg.sk_protocol)? != IPPROTO_TCP {
         return None;
     }
-    let family = read::field::<u16>(sk, cfg.sk_family)?;
+    let (family, v4) = family_and_v4_peer(cfg, sk)?;
     if family != AF_INET && family != AF_INET6 {
         return None;
     }
-    add_bytes(cfg, sk, family, ret as u64, tx)
+    add_bytes(cfg, sk, (family, v4), tgid, ret as u64, tx)
+}
+
+/// Bytes read from the socket's IPv4 peer address on when its family lies among them.
+const WINDOW: u32 = 24;
+
+/// The socket's family and, when the read works, its IPv4 peer address (`None` when the family
+/// cannot be read). One kernel read when the BTF offsets put the family within [`WINDOW`] bytes
+/// after the IPv4 peer address (`sock_common` keeps the two close), two otherwise. The family
+/// is picked out of the window by shifts, never by a stack offset only known at run time
+/// (kernels before 5.12 refuse those).
+#[inline(always)]
+fn family_and_v4_peer(cfg: &ProbeConfig, sk: u64) -> Option<(u16, Option<[u8; 4]>)> {
+    let d = cfg.sk_family.wrapping_sub(cfg.sk_daddr);
+    if cfg.sk_daddr != UNRESOLVED && cfg.sk_family != UNRESOLVED && d <= WINDOW - 2 && d % 2 == 0 {
+        let w = read::field::<[u64; 3]>(sk, cfg.sk_daddr)?;
+        let word = match d / 8 {
+            0 => w[0],
+            1 => w[1],
+            _ => w[2],
+        };
+        // The family's two bytes at `d % 8` within the word, in the kernel's byte order.
+        let shift = if cfg!(target_endian = "little") {
+            (d % 8) * 8
+        } else {
+            48 - (d % 8) * 8
+        };
+        let family = (word >> shift) as u16;
+        return Some((family, Some(w[0].to_ne_bytes()[..4].try_into().ok()?)));
+    }
+    let family = read::field::<u16>(sk, cfg.sk_family)?;
+    Some((family, read::field::<[u8; 4]>(sk, cfg.sk_daddr)))
 }
 
 /// Reads the socket's peer address into `daddr` (IPv4 in its first four bytes).
@@ -192,14 +225,29 @@ fn peer_addr(cfg: &ProbeConfig, sk: u64, family: u16, daddr: &mut [u8; 16]) -> b
     }
 }
 
-/// Adds `bytes` to the calling process's TCP totals towards the socket's peer.
+/// Adds `bytes` to process `tgid`'s TCP totals towards the socket's peer (`peer`: the socket's
+/// family, and its IPv4 peer address when the caller read it already).
 #[inline(always)]
-fn add_bytes(cfg: &ProbeConfig, sk: u64, family: u16, bytes: u64, tx: bool) -> Option<u32> {
+fn add_bytes(
+    cfg: &ProbeConfig,
+    sk: u64,
+    (family, v4): (u16, Option<[u8; 4]>),
+    tgid: u32,
+    bytes: u64,
+    tx: bool,
+) -> Option<u32> {
     let mut key_slot = Slot::<TcpPeerKey>::new();
     // SAFETY: all-zero is a valid value of this integer-only struct.
     let key = unsafe { key_slot.zeroed() };
-    key.tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if peer_addr(cfg, sk, family, &mut key.daddr) {
+    key.tgid = tgid;
+    let known = match v4 {
+        Some(a) if family == AF_INET => {
+            key.daddr[..4].copy_from_slice(&a);
+            true
+        }
+        _ => peer_addr(cfg, sk, family, &mut key.daddr),
+    };
+    if known {
         key.family = family;
     }
     if TCP_BYTES.get_ptr_mut(&*key).is_none() {
@@ -247,7 +295,8 @@ fn count_ret(ctx: &RetProbeContext, tx: bool) -> Option<u32> {
     // SAFETY: copied out before the entry is removed.
     let sk = unsafe { PENDING_TCP_SK.get(&key) }.copied().unwrap_or(0);
     let _ = PENDING_TCP_SK.remove(&key);
-    if !wanted(cfg) {
+    let tgid = (key >> 32) as u32;
+    if !wanted_task(cfg, tgid) {
         return None;
     }
     let ret = regs::ret::<i64>(ctx) as i32;
@@ -255,7 +304,7 @@ fn count_ret(ctx: &RetProbeContext, tx: bool) -> Option<u32> {
         return None;
     }
     let family = read::field::<u16>(sk, cfg.sk_family).unwrap_or(0);
-    add_bytes(cfg, sk, family, ret as u64, tx)
+    add_bytes(cfg, sk, (family, None), tgid, ret as u64, tx)
 }
 
 #[kretprobe]
