@@ -20,7 +20,7 @@ use crate::{
         AsyncElement, AsyncEvent, Body, CmEvent, CompactString, CounterDelta, CpuSample,
         CqNotifyDelta, Frame, GidInfo, ModifyAttrs, MrInfo, PortInfo, QpCaps, QpCounterDelta,
         QpInfo, QpKey, QpResRow, QpState, QueueCaps, Record, ResChange, ResType, Resource,
-        TcpBytesDelta, TcpState, TcpTuple, UmemFailed, VerbsCall, WcError,
+        TcpState, TcpTuple, UmemFailed, VerbsCall, WcError,
     },
 };
 
@@ -335,13 +335,7 @@ pub fn decode_into(
                 set_header(rec, &header, anchor);
                 return Ok(());
             }
-            let mut d = TcpBytesDelta {
-                tx_bytes: 0,
-                rx_bytes: 0,
-                tx_calls: 0,
-                rx_calls: 0,
-                peer: None,
-            };
+            let mut d = reuse::empty_tcp_bytes();
             reuse::tcp_bytes_into(&ev, &mut d);
             Body::TcpBytes(d)
         }

@@ -6,7 +6,9 @@
 //! added later does not compile until it is set here): what the correlator wrote into the
 //! previous record (an owner) never leaks into the next.
 
-use rdmatrace_common::event::{reason, transport, QpIdent, QpTrafficSample, RetransmitEvent};
+use rdmatrace_common::event::{
+    reason, transport, QpIdent, QpTrafficSample, RetransmitEvent, TcpBytesSample,
+};
 
 use super::{ip, read::nul_at, tcp_tuple};
 use crate::event::{
@@ -119,7 +121,18 @@ pub(super) fn qp_traffic_into(ev: &QpTrafficSample, d: &mut QpTrafficDelta) {
     }
 }
 
-pub(super) fn tcp_bytes_into(ev: &rdmatrace_common::event::TcpBytesSample, d: &mut TcpBytesDelta) {
+/// A TCP byte sample with every field empty, to decode into.
+pub(super) fn empty_tcp_bytes() -> TcpBytesDelta {
+    TcpBytesDelta {
+        tx_bytes: 0,
+        rx_bytes: 0,
+        tx_calls: 0,
+        rx_calls: 0,
+        peer: None,
+    }
+}
+
+pub(super) fn tcp_bytes_into(ev: &TcpBytesSample, d: &mut TcpBytesDelta) {
     let TcpBytesDelta {
         tx_bytes,
         rx_bytes,
