@@ -99,12 +99,6 @@ fn ip(family: u16, raw: &[u8; 16]) -> std::net::IpAddr {
     }
 }
 
-fn retransmit(ev: &RetransmitEvent) -> Body {
-    let mut r = reuse::empty_retransmit();
-    reuse::retransmit_into(ev, &mut r);
-    Body::Retransmit(r)
-}
-
 fn tcp_tuple(t: &RawTcp) -> TcpTuple {
     TcpTuple {
         saddr: ip(t.family, &t.saddr),
@@ -309,12 +303,9 @@ pub fn decode_into(
         }
         EventKind::Retransmit => {
             let ev = read::<RetransmitEvent>(bytes, kind)?;
-            if let Body::Retransmit(r) = &mut rec.body {
-                reuse::retransmit_into(&ev, r);
-                set_header(rec, &header, anchor);
-                return Ok(());
-            }
-            retransmit(&ev)
+            reuse::retransmit(&ev, &mut rec.body);
+            set_header(rec, &header, anchor);
+            return Ok(());
         }
         EventKind::ResourceAdd | EventKind::ResourceDel => {
             let ev = read_grown::<ResourceEvent>(bytes, kind, RESOURCE_EVENT_V1)?;
@@ -330,25 +321,15 @@ pub fn decode_into(
         }
         EventKind::TcpBytes => {
             let ev = read_grown::<TcpBytesSample>(bytes, kind, TCP_BYTES_SAMPLE_V1)?;
-            if let Body::TcpBytes(d) = &mut rec.body {
-                reuse::tcp_bytes_into(&ev, d);
-                set_header(rec, &header, anchor);
-                return Ok(());
-            }
-            let mut d = reuse::empty_tcp_bytes();
-            reuse::tcp_bytes_into(&ev, &mut d);
-            Body::TcpBytes(d)
+            reuse::tcp_bytes(&ev, &mut rec.body);
+            set_header(rec, &header, anchor);
+            return Ok(());
         }
         EventKind::QpTraffic => {
             let ev = read_grown::<QpTrafficSample>(bytes, kind, QP_TRAFFIC_SAMPLE_V1)?;
-            if let Body::QpTraffic(d) = &mut rec.body {
-                reuse::qp_traffic_into(&ev, d);
-                set_header(rec, &header, anchor);
-                return Ok(());
-            }
-            let mut d = reuse::empty_qp_traffic();
-            reuse::qp_traffic_into(&ev, &mut d);
-            Body::QpTraffic(d)
+            reuse::qp_traffic(&ev, &mut rec.body);
+            set_header(rec, &header, anchor);
+            return Ok(());
         }
         EventKind::TcpState => {
             let ev = read::<TcpStateEvent>(bytes, kind)?;

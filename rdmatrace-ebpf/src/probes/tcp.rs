@@ -184,14 +184,16 @@ fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
     add_bytes(cfg, sk, (family, v4), tgid, ret as u64, tx)
 }
 
-/// Bytes read from the socket's IPv4 peer address on when its family lies among them.
+/// How many bytes one read takes from the socket's IPv4 peer address on, when the family lies
+/// among them.
 const WINDOW: u32 = 24;
 
-/// The socket's family and, when the read works, its IPv4 peer address (`None` when the family
-/// cannot be read). One kernel read when the BTF offsets put the family within [`WINDOW`] bytes
-/// after the IPv4 peer address (`sock_common` keeps the two close), two otherwise. The family
-/// is picked out of the window by shifts, never by a stack offset only known at run time
-/// (kernels before 5.12 refuse those).
+/// The socket's family and, when the same read brought it, its IPv4 peer address (`None` when
+/// the family cannot be read). One kernel read when the BTF offsets put the family within
+/// [`WINDOW`] bytes after the IPv4 peer address (`sock_common` keeps the two close); otherwise
+/// the family alone, and the peer is read by [`add_bytes`] as for any family. The family is
+/// picked out of the window by shifts, never by a stack offset only known at run time (kernels
+/// before 5.12 refuse those).
 #[inline(always)]
 fn family_and_v4_peer(cfg: &ProbeConfig, sk: u64) -> Option<(u16, Option<[u8; 4]>)> {
     let d = cfg.sk_family.wrapping_sub(cfg.sk_daddr);
@@ -211,8 +213,7 @@ fn family_and_v4_peer(cfg: &ProbeConfig, sk: u64) -> Option<(u16, Option<[u8; 4]
         let family = (word >> shift) as u16;
         return Some((family, Some(w[0].to_ne_bytes()[..4].try_into().ok()?)));
     }
-    let family = read::field::<u16>(sk, cfg.sk_family)?;
-    Some((family, read::field::<[u8; 4]>(sk, cfg.sk_daddr)))
+    Some((read::field::<u16>(sk, cfg.sk_family)?, None))
 }
 
 /// Reads the socket's peer address into `daddr` (IPv4 in its first four bytes).

@@ -2,7 +2,7 @@
 //! retransmits, a round of traffic samples): the body is not built anew and moved, and a name
 //! equal to the one already there (the device, the owner) is kept as it is.
 //!
-//! Each function sets every field of its body (the destructuring lists them all, so a field
+//! Each `*_into` function sets every field of its body (the destructuring lists them all, so a field
 //! added later does not compile until it is set here): what the correlator wrote into the
 //! previous record (an owner) never leaks into the next.
 
@@ -12,8 +12,38 @@ use rdmatrace_common::event::{
 
 use super::{ip, read::nul_at, tcp_tuple};
 use crate::event::{
-    CompactString, QpInfo, QpKey, QpTrafficDelta, Retransmit, TcpBytesDelta, Transport,
+    Body, CompactString, QpInfo, QpKey, QpTrafficDelta, Retransmit, TcpBytesDelta, Transport,
 };
+
+/// `empty` after `fill`: the body of a record that held another kind.
+fn filled<T>(mut empty: T, fill: impl FnOnce(&mut T)) -> T {
+    fill(&mut empty);
+    empty
+}
+
+/// `body` becomes the retransmit `ev`, in place when it is a retransmit already.
+pub(super) fn retransmit(ev: &RetransmitEvent, body: &mut Body) {
+    match body {
+        Body::Retransmit(r) => retransmit_into(ev, r),
+        _ => *body = Body::Retransmit(filled(empty_retransmit(), |r| retransmit_into(ev, r))),
+    }
+}
+
+/// `body` becomes the traffic sample `ev`, in place when it is one already.
+pub(super) fn qp_traffic(ev: &QpTrafficSample, body: &mut Body) {
+    match body {
+        Body::QpTraffic(d) => qp_traffic_into(ev, d),
+        _ => *body = Body::QpTraffic(filled(empty_qp_traffic(), |d| qp_traffic_into(ev, d))),
+    }
+}
+
+/// `body` becomes the TCP byte sample `ev`, in place when it is one already.
+pub(super) fn tcp_bytes(ev: &TcpBytesSample, body: &mut Body) {
+    match body {
+        Body::TcpBytes(d) => tcp_bytes_into(ev, d),
+        _ => *body = Body::TcpBytes(filled(empty_tcp_bytes(), |d| tcp_bytes_into(ev, d))),
+    }
+}
 
 /// Sets `dst` to the NUL-padded C string `bytes`, leaving it alone when it holds it already.
 pub(super) fn set_c_str(dst: &mut CompactString, bytes: &[u8]) {
@@ -23,7 +53,7 @@ pub(super) fn set_c_str(dst: &mut CompactString, bytes: &[u8]) {
     }
 }
 
-pub(super) fn qp_info_into(id: &QpIdent, q: &mut QpInfo) {
+fn qp_info_into(id: &QpIdent, q: &mut QpInfo) {
     let QpInfo {
         key: QpKey { dev, qpn },
         qp_type,
@@ -34,7 +64,7 @@ pub(super) fn qp_info_into(id: &QpIdent, q: &mut QpInfo) {
 }
 
 /// A retransmit with every field empty, to decode into.
-pub(super) fn empty_retransmit() -> Retransmit {
+fn empty_retransmit() -> Retransmit {
     Retransmit {
         transport: Transport::Rxe,
         reason: "unknown",
@@ -45,7 +75,7 @@ pub(super) fn empty_retransmit() -> Retransmit {
     }
 }
 
-pub(super) fn retransmit_into(ev: &RetransmitEvent, r: &mut Retransmit) {
+fn retransmit_into(ev: &RetransmitEvent, r: &mut Retransmit) {
     let Retransmit {
         transport: t,
         reason: why,
@@ -80,7 +110,7 @@ pub(super) fn retransmit_into(ev: &RetransmitEvent, r: &mut Retransmit) {
 }
 
 /// A traffic sample with every field empty, to decode into.
-pub(super) fn empty_qp_traffic() -> QpTrafficDelta {
+fn empty_qp_traffic() -> QpTrafficDelta {
     QpTrafficDelta {
         qp: QpInfo {
             key: QpKey {
@@ -99,7 +129,7 @@ pub(super) fn empty_qp_traffic() -> QpTrafficDelta {
 }
 
 /// The owner is left for the correlator (emptied here).
-pub(super) fn qp_traffic_into(ev: &QpTrafficSample, d: &mut QpTrafficDelta) {
+fn qp_traffic_into(ev: &QpTrafficSample, d: &mut QpTrafficDelta) {
     let QpTrafficDelta {
         qp,
         tx_packets,
@@ -116,13 +146,11 @@ pub(super) fn qp_traffic_into(ev: &QpTrafficSample, d: &mut QpTrafficDelta) {
     *rx_packets = t.rx_packets;
     *rx_bytes = t.rx_bytes;
     *owner_pid = 0;
-    if !owner_comm.is_empty() {
-        *owner_comm = CompactString::const_new("");
-    }
+    *owner_comm = CompactString::const_new("");
 }
 
 /// A TCP byte sample with every field empty, to decode into.
-pub(super) fn empty_tcp_bytes() -> TcpBytesDelta {
+fn empty_tcp_bytes() -> TcpBytesDelta {
     TcpBytesDelta {
         tx_bytes: 0,
         rx_bytes: 0,
@@ -132,7 +160,7 @@ pub(super) fn empty_tcp_bytes() -> TcpBytesDelta {
     }
 }
 
-pub(super) fn tcp_bytes_into(ev: &TcpBytesSample, d: &mut TcpBytesDelta) {
+fn tcp_bytes_into(ev: &TcpBytesSample, d: &mut TcpBytesDelta) {
     let TcpBytesDelta {
         tx_bytes,
         rx_bytes,
