@@ -183,6 +183,11 @@ pub struct ProbeConfig {
     pub nsproxy_mnt_ns: u32,
     pub mnt_ns_inum: u32,
     pub own_mnt_ns: u32,
+    /// Non-zero when the rxe per-packet programs may count in `QP_SLOTS` (see
+    /// [`crate::event::QpSlot`]): set by user space once the slots are read (mapped) and the
+    /// QP destroy probe, which frees a QP's slot, is attached. Zero: every packet goes through
+    /// the `QP_TRAFFIC` hash, as before the slots.
+    pub qp_slots: u32,
     /// Non-zero once user space has written this config. The programs are attached while the
     /// offsets are still being resolved (start-up runs both at once); until then the map holds
     /// zeros and every program returns at once, emitting nothing.
@@ -191,7 +196,7 @@ pub struct ProbeConfig {
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 53 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 54 * 4);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -317,6 +322,7 @@ impl ProbeConfig {
             nsproxy_mnt_ns: U,
             mnt_ns_inum: U,
             own_mnt_ns: 0,
+            qp_slots: 0,
             ready: 1,
         }
     }

@@ -27,6 +27,9 @@ pub const MAX_PROCESSES: u32 = 8192;
 pub const MAX_CGROUPS: u32 = 4096;
 /// QPs whose traffic is summed at once.
 pub const MAX_QPS: u32 = 16384;
+/// Slots of the per-QP traffic array (`QP_SLOTS`), a power of two: a QP whose slot another
+/// QP holds is summed in the `QP_TRAFFIC` hash instead.
+pub const QP_SLOTS: u32 = 4096;
 
 /// CQs whose completion notifications are counted at once (LRU beyond that).
 pub const MAX_CQS: u32 = 16384;

@@ -6,10 +6,12 @@ use aya_ebpf::{
 };
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpTraffic, TcpBytes, TcpPeerKey},
+    event::{
+        CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpSlot, QpTraffic, TcpBytes, TcpPeerKey,
+    },
     limits::{
         MAX_CGROUPS, MAX_CQS, MAX_INFLIGHT, MAX_PROCESSES, MAX_QPS, MAX_SOCKETS, MAX_TRACED,
-        RINGBUF_BYTES,
+        QP_SLOTS as QP_SLOT_COUNT, RINGBUF_BYTES,
     },
 };
 
@@ -89,6 +91,15 @@ pub static PENDING_TCP_SK: LruHashMap<u64, u64> = LruHashMap::with_max_entries(M
 /// Per-QP packet and byte totals (rxe: keyed by `struct rxe_qp *`), added to atomically.
 #[map]
 pub static QP_TRAFFIC: LruHashMap<u64, QpTraffic> = LruHashMap::with_max_entries(MAX_QPS, 0);
+
+/// `BPF_F_MMAPABLE`: user space reads the array through a shared mapping.
+const MMAPABLE: u32 = 1 << 10;
+
+/// Per-QP packet and byte totals in slots (see `QpSlot`): the per-packet path when the config
+/// allows it (an array lookup the verifier inlines, instead of a hash lookup); a QP whose
+/// slot another QP holds goes to `QP_TRAFFIC`. Read by user space through a shared mapping.
+#[map]
+pub static QP_SLOTS: Array<QpSlot> = Array::with_max_entries(QP_SLOT_COUNT, MMAPABLE);
 
 /// Per-CQ completion-channel notification counts (keyed by `struct ib_cq *`), added to
 /// atomically.

@@ -14,13 +14,13 @@ use rdmatrace_common::{
     event::{
         CounterSample, CqNotify, CqNotifySample, EventKind, GidSample, PortSample, QpTraffic,
         QpTrafficSample, TcpBytes, TcpBytesSample, TcpPeerKey, COUNTER_NAME_LEN,
-        PORT_STATE_REMOVED,
+        PORT_STATE_REMOVED, SLOT_FREED,
     },
     limits::DEV_NAME_LEN,
 };
 
 use crate::{
-    loader::Tracer,
+    loader::{slots::QpSlots, Tracer},
     wire::{fixed, header, pod_bytes},
 };
 
@@ -109,6 +109,10 @@ pub struct Sampler {
     counters_root: Option<PathBuf>,
     prev_tcp: HashMap<TcpPeerKey, TcpBytes>,
     prev_qp: HashMap<u64, QpTraffic>,
+    /// The per-QP traffic slots (the per-packet path; `QP_TRAFFIC` takes a QP whose slot
+    /// another holds), and the previous totals by QP address.
+    slots: Option<QpSlots>,
+    prev_slot: HashMap<u64, QpTraffic>,
     prev_cq: HashMap<u64, CqNotify>,
     prev_counters: HashMap<CounterKey, u64>,
     netlink: Option<crate::netlink::sampler::NetlinkSampler>,
@@ -168,6 +172,9 @@ impl Sampler {
             .take_map("CQ_NOTIFY")
             .and_then(|m| BpfHashMap::try_from(m).ok());
         let mut s = Sampler::with_sources(tcp, qps, cqs, counters_root);
+        if let Some(slots) = tracer.slots.take() {
+            s.with_slots(slots);
+        }
         match crate::pending::Sweeper::new(tracer) {
             Ok(sweeper) => s.sweeper = Some(sweeper),
             Err(why) => s.warnings.push(format!(
@@ -192,6 +199,8 @@ impl Sampler {
             counters_root,
             prev_tcp: HashMap::new(),
             prev_qp: HashMap::new(),
+            slots: None,
+            prev_slot: HashMap::new(),
             prev_cq: HashMap::new(),
             prev_counters: HashMap::new(),
             netlink: None,
@@ -205,6 +214,39 @@ impl Sampler {
         // Baselines: report what happens from now on, not since boot.
         let _ = s.poll(0);
         s
+    }
+
+    /// Adds the per-QP traffic slots, baselined like the maps.
+    fn with_slots(&mut self, slots: QpSlots) {
+        self.slots = Some(slots);
+        let _ = self.poll_slots(0);
+    }
+
+    /// Records for the QPs whose slot moved; frees the slots of destroyed QPs once their last
+    /// totals are read.
+    fn poll_slots(&mut self, ts_ns: u64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let Some(slots) = &self.slots else {
+            return out;
+        };
+        for i in 0..slots.len() {
+            let Some(s) = slots.get(i).filter(|s| s.key != 0) else {
+                continue;
+            };
+            let qp = s.key & !SLOT_FREED;
+            let delta = qp_delta(self.prev_slot.insert(qp, s.traffic), s.traffic);
+            if ts_ns != 0 && (delta.tx_packets | delta.rx_packets) != 0 {
+                out.push(pod_bytes(&QpTrafficSample {
+                    header: header(EventKind::QpTraffic, ts_ns, 0, [0; 16]),
+                    traffic: delta,
+                }));
+            }
+            if s.key & SLOT_FREED != 0 {
+                self.prev_slot.remove(&qp);
+                slots.free(i);
+            }
+        }
+        out
     }
 
     /// Only the sysfs sources (port counters, states, GID tables) under `root`, laid out as
@@ -301,6 +343,7 @@ impl Sampler {
                 }
             }
         }
+        out.extend(self.poll_slots(ts_ns));
         if let Some(map) = &self.cqs {
             for (key, total) in map.iter().filter_map(Result::ok) {
                 let delta = cq_delta(self.prev_cq.insert(key, total), total);
@@ -399,6 +442,9 @@ impl Sampler {
 }
 
 #[cfg(test)]
+mod slot_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -432,7 +478,7 @@ mod tests {
         assert!(got.iter().all(|(k, _)| k.dev == "rxe0" && k.port == 1));
     }
 
-    fn traffic(qpn: u32, packets: u64) -> QpTraffic {
+    pub(super) fn traffic(qpn: u32, packets: u64) -> QpTraffic {
         let mut t = QpTraffic {
             qp: rdmatrace_common::event::QpIdent {
                 dev: [0; 64],

@@ -62,6 +62,30 @@ pub struct QpTraffic {
 }
 const _: () = assert!(core::mem::size_of::<QpTraffic>() == 104);
 
+/// One slot of the per-QP traffic array: a QP's totals, like a `QP_TRAFFIC` entry, in the
+/// slot its `struct rxe_qp *` hashes to ([`qp_slot`]). Per packet the kernel program only
+/// compares `key` and adds (no hash-map lookup). `key` is 0 for a free slot, the QP's
+/// address while it lives, and the address with [`SLOT_FREED`] set once the QP is being
+/// destroyed: user space then reads the last totals and frees the slot (zeroes it, `key`
+/// last). The kernel claims only a free slot, writing the QP's identity before `key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpSlot {
+    pub key: u64,
+    pub traffic: QpTraffic,
+}
+const _: () = assert!(core::mem::size_of::<QpSlot>() == 112);
+
+/// Set in [`QpSlot::key`] when the QP is being destroyed (addresses are 8-byte aligned).
+pub const SLOT_FREED: u64 = 1;
+
+/// The slot of the QP at kernel address `qp` among `slots` (a power of two): a multiplicative
+/// hash of the address (QPs are allocated at aligned addresses, so its low bits say little).
+#[inline(always)]
+pub fn qp_slot(qp: u64, slots: u32) -> u32 {
+    ((qp >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32 & (slots - 1)
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpTrafficSample {

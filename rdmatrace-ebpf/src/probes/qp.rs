@@ -197,6 +197,8 @@ pub fn qp_destroy_enter(ctx: ProbeContext) -> u32 {
 
 fn try_qp_destroy_enter(ctx: &ProbeContext) -> Option<u32> {
     let cfg = config()?;
+    // Whoever destroys it: a QP's traffic slot is not the filter's business.
+    crate::probes::rxe::release_slot(cfg, arg(ctx, cfg.destroy_arg_qp));
     if !wanted(cfg) {
         return None;
     }

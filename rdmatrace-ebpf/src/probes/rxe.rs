@@ -6,13 +6,13 @@
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 use rdmatrace_common::{
     config::ProbeConfig,
-    event::{reason, transport, EventKind, QpTraffic, RetransmitEvent},
-    limits::UNRESOLVED,
+    event::{qp_slot, reason, transport, EventKind, QpTraffic, RetransmitEvent, SLOT_FREED},
+    limits::{QP_SLOTS as QP_SLOT_COUNT, UNRESOLVED},
 };
 
 use crate::{
     emit::{config, header, output},
-    maps::{add, NOEXIST, QP_TRAFFIC},
+    maps::{add, NOEXIST, QP_SLOTS, QP_TRAFFIC},
     probes::{qp::qp_ident, res::remember_mr_access},
     read,
     regs::{self, arg},
@@ -94,23 +94,14 @@ fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
     }
     let ibqp = qp + u64::from(cfg.rxe_qp_ibqp);
     let len = u64::from(read::field::<u32>(skb, cfg.skb_len).unwrap_or(0));
-    let qpn = read::field::<u32>(ibqp, cfg.qp_qp_num).unwrap_or(0);
-    // One lookup per packet; a new QP, or a new QP at a freed QP's address, starts from zero.
-    // SAFETY: only the qpn is read, to compare.
-    let t = match QP_TRAFFIC.get_ptr_mut(qp) {
-        Some(t) if unsafe { (*t).qp.qpn } == qpn => t,
-        found => {
-            let mut slot = Slot::<QpTraffic>::new();
-            // SAFETY: all-zero is a valid value of this integer-only struct.
-            let t = unsafe { slot.zeroed() };
-            qp_ident(cfg, ibqp, &mut t.qp);
-            // A freed QP's entry is replaced; a new QP's is made unless another CPU just did.
-            // (Two CPUs replacing the same stale entry at once may lose the first packets of the
-            // new QP: bounded, and only when a QP reuses a freed one's address.)
-            let flags = if found.is_some() { 0 } else { NOEXIST };
-            let _ = QP_TRAFFIC.insert(qp, t, flags);
-            QP_TRAFFIC.get_ptr_mut(qp)?
-        }
+    let slotted = if cfg.qp_slots != 0 {
+        slot(cfg, qp, ibqp)
+    } else {
+        None
+    };
+    let t = match slotted {
+        Some(t) => t,
+        None => hashed(cfg, qp, ibqp)?,
     };
     // SAFETY: fields of a live map value; other CPUs add to them too, atomically.
     unsafe {
@@ -123,4 +114,79 @@ fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
         }
     }
     Some(0)
+}
+
+/// The QP's totals in `QP_SLOTS`: its own slot, or the free slot it hashes to, claimed now
+/// (identity written before the key, which user space reads first); `None` when another QP
+/// holds that slot. Per packet: the verifier's inlined array lookup and one compare.
+/// (Two CPUs claiming one free slot for two new QPs at once may count the first packet of
+/// one in the other's slot: bounded, and only for two QPs of one slot starting together.)
+#[inline(always)]
+fn slot(cfg: &ProbeConfig, qp: u64, ibqp: u64) -> Option<*mut QpTraffic> {
+    let s = QP_SLOTS.get_ptr_mut(qp_slot(qp, QP_SLOT_COUNT))?;
+    // SAFETY: a live map value; other CPUs add to its counters and user space frees it, key
+    // last, so every access goes through volatile reads and writes.
+    unsafe {
+        let key = core::ptr::read_volatile(&raw const (*s).key);
+        let t = &raw mut (*s).traffic;
+        if key == qp {
+            return Some(t);
+        }
+        if key != 0 {
+            return None;
+        }
+        for c in [
+            &raw mut (*t).tx_packets,
+            &raw mut (*t).tx_bytes,
+            &raw mut (*t).rx_packets,
+            &raw mut (*t).rx_bytes,
+        ] {
+            core::ptr::write_volatile(c, 0);
+        }
+        qp_ident(cfg, ibqp, &mut (*t).qp);
+        core::ptr::write_volatile(&raw mut (*s).key, qp);
+        Some(t)
+    }
+}
+
+/// A QP is being destroyed (`ib_destroy_qp_user(ibqp)`, any driver): when it holds a slot,
+/// the slot is marked for user space to read its last totals and free it. A QP of another
+/// driver holds none (only the rxe programs claim slots).
+#[inline(always)]
+pub fn release_slot(cfg: &ProbeConfig, ibqp: u64) {
+    if cfg.qp_slots == 0 || cfg.rxe_qp_ibqp == UNRESOLVED || ibqp == 0 {
+        return;
+    }
+    let qp = ibqp.wrapping_sub(u64::from(cfg.rxe_qp_ibqp));
+    if let Some(s) = QP_SLOTS.get_ptr_mut(qp_slot(qp, QP_SLOT_COUNT)) {
+        // SAFETY: a live map value, accessed as in `slot`.
+        unsafe {
+            if core::ptr::read_volatile(&raw const (*s).key) == qp {
+                core::ptr::write_volatile(&raw mut (*s).key, qp | SLOT_FREED);
+            }
+        }
+    }
+}
+
+/// The QP's totals in the `QP_TRAFFIC` hash: a new QP, or a new QP at a freed QP's address,
+/// starts from zero.
+#[inline(always)]
+fn hashed(cfg: &ProbeConfig, qp: u64, ibqp: u64) -> Option<*mut QpTraffic> {
+    let qpn = read::field::<u32>(ibqp, cfg.qp_qp_num).unwrap_or(0);
+    // SAFETY: only the qpn is read, to compare.
+    match QP_TRAFFIC.get_ptr_mut(qp) {
+        Some(t) if unsafe { (*t).qp.qpn } == qpn => Some(t),
+        found => {
+            let mut slot = Slot::<QpTraffic>::new();
+            // SAFETY: all-zero is a valid value of this integer-only struct.
+            let t = unsafe { slot.zeroed() };
+            qp_ident(cfg, ibqp, &mut t.qp);
+            // A freed QP's entry is replaced; a new QP's is made unless another CPU just did.
+            // (Two CPUs replacing the same stale entry at once may lose the first packets of the
+            // new QP: bounded, and only when a QP reuses a freed one's address.)
+            let flags = if found.is_some() { 0 } else { NOEXIST };
+            let _ = QP_TRAFFIC.insert(qp, t, flags);
+            QP_TRAFFIC.get_ptr_mut(qp)
+        }
+    }
 }

@@ -10,6 +10,7 @@ pub mod memory;
 mod pass;
 mod plink;
 mod resolve;
+pub mod slots;
 pub mod uprobe;
 mod verify;
 
@@ -183,6 +184,9 @@ pub struct Tracer {
     pub report: AttachReport,
     /// The kprobe and uprobe links made here rather than by aya (they detach when dropped).
     links: plink::Links,
+    /// The per-QP traffic slots, mapped (taken by the sampler); `None` when the programs do
+    /// not use them (see `ProbeConfig::qp_slots`).
+    pub slots: Option<slots::QpSlots>,
 }
 
 /// True when the kernel can create kprobe perf events at all.
@@ -315,7 +319,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         let resolved = resolve::areas(opts, areas, &mut phases);
         (resolved, loader.join())
     });
-    let (cfg, usable, mut report) = resolved?;
+    let (mut cfg, usable, mut report) = resolved?;
     phases.mark("waiting for the object's thread (load and attach pass)");
     let (loaded, side) = loaded.map_err(|_| LoadError::LoaderThread)?;
     phases.out.extend(side);
@@ -328,6 +332,8 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     report
         .probes
         .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
+    let slots = qp_slots(&ebpf, &mut report);
+    cfg.qp_slots = u32::from(slots.is_some());
     {
         let map = ebpf
             .map_mut("CONFIG")
@@ -344,7 +350,31 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         ebpf,
         report,
         links,
+        slots,
     })
+}
+
+/// The per-QP traffic slots, mapped, when the programs can use them: a slot is freed only
+/// through the QP destroy probe, so without it every packet goes through the hash map.
+fn qp_slots(ebpf: &Ebpf, report: &mut AttachReport) -> Option<slots::QpSlots> {
+    let frees = report
+        .attached()
+        .any(|p| p.spec.program == "qp_destroy_enter");
+    let rxe = report.attached().any(|p| p.spec.program == "rxe_xmit");
+    if !(frees && rxe) {
+        return None;
+    }
+    match ebpf.map("QP_SLOTS").map(slots::QpSlots::map) {
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            report.notes.push(format!(
+                "per-QP traffic summed in the hash map only (slower per packet): QP_SLOTS \
+                 could not be mapped: {e}"
+            ));
+            None
+        }
+        None => None,
+    }
 }
 
 /// The object's thread: loads it (its maps created), fills the process filter, and attaches
