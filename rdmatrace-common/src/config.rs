@@ -188,6 +188,14 @@ pub struct ProbeConfig {
     /// QP destroy probe, which frees a QP's slot, is attached. Zero: every packet goes through
     /// the `QP_TRAFFIC` hash, as before the slots.
     pub qp_slots: u32,
+    /// Non-zero when the rxe packets are counted by the fentry programs (`rxe_xmit_f`,
+    /// `rxe_recv_f`): the kprobes `rxe_xmit`/`rxe_recv` then count nothing (they are detached
+    /// too). Zero: the fentry programs count nothing.
+    pub rxe_fentry: u32,
+    /// BTF ids, in `rdma_rxe`'s BTF (split over vmlinux's), of `rxe_xmit_packet`,
+    /// `rxe_resp_queue_pkt` and `rxe_comp_queue_pkt`: what the fentry programs attach to. Read
+    /// by user space only.
+    pub rxe_fentry_ids: [u32; 3],
     /// Non-zero once user space has written this config. The programs are attached while the
     /// offsets are still being resolved (start-up runs both at once); until then the map holds
     /// zeros and every program returns at once, emitting nothing.
@@ -196,7 +204,7 @@ pub struct ProbeConfig {
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 54 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 58 * 4);
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -323,6 +331,8 @@ impl ProbeConfig {
             mnt_ns_inum: U,
             own_mnt_ns: 0,
             qp_slots: 0,
+            rxe_fentry: 0,
+            rxe_fentry_ids: [U; 3],
             ready: 1,
         }
     }

@@ -8,3 +8,4 @@
 pub mod config;
 pub mod event;
 pub mod limits;
+pub mod patch;

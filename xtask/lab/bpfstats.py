@@ -6,8 +6,9 @@ to and its run_time_ns / run_cnt since it was loaded.
   bpfstats.py PID TOOL ROUND [DOCTOR_JSON]
       prints `prog_ns TOOL:HOOK ROUND NS_PER_RUN` and `prog_runs TOOL:HOOK ROUND RUNS` lines
       (bench.sh's format). Programs attached through perf-event links (rdmatrace's kprobes:
-      bpftool 7.1 shows no owner or function for those links) are named by `rdmatrace doctor
-      --json` (DOCTOR_JSON: its `probe AREA/PROGRAM (KIND TARGET)` items).
+      bpftool 7.1 shows no owner or function for those links) and fentry programs (their
+      links show a BTF id) are named by `rdmatrace doctor --json` (DOCTOR_JSON: its
+      `probe AREA/PROGRAM (KIND TARGET)` items).
 
 Hooks: kprobes and uprobes by function, tracepoints by name, raw tracepoints (and tp_btf) by name;
 a hook with several programs of the tool (entry + return) is summed. Uses bpftool's JSON.
@@ -78,7 +79,9 @@ def main():
             continue
         if link.get("type") in ("raw_tracepoint", "tracing"):
             prog = progs.get(link.get("prog_id"), {})
-            hook = link.get("tp_name") or "btf:" + str(prog.get("name", "?"))
+            # fentry links: bpftool 7.1 shows the target's BTF id only; doctor names it.
+            name = str(prog.get("name", "?"))
+            hook = link.get("tp_name") or named.get(name) or "btf:" + name
             add(hook, link.get("prog_id"))
     for hook, (ns, runs) in sorted(hooks.items()):
         hook = "_".join(hook.split())

@@ -63,7 +63,8 @@ pub struct QpTraffic {
 const _: () = assert!(core::mem::size_of::<QpTraffic>() == 104);
 
 /// One slot of the per-QP traffic array: a QP's totals, like a `QP_TRAFFIC` entry, in the
-/// slot its `struct rxe_qp *` hashes to ([`qp_slot`]). Per packet the kernel program only
+/// slot its `struct rxe_qp *` hashes to ([`qp_slot`]; not its QP number: each device numbers
+/// its QPs from the same start). Per packet the kernel program only
 /// compares `key` and adds (no hash-map lookup). `key` is 0 for a free slot, the QP's
 /// address while it lives, and the address with [`SLOT_FREED`] set once the QP is being
 /// destroyed: user space then reads the last totals and frees the slot (zeroes it, `key`

@@ -8,6 +8,7 @@ pub mod qp;
 pub mod queues;
 pub mod res;
 pub mod rxe;
+pub mod rxe_fentry;
 pub mod sched;
 pub mod tcp;
 pub mod umem;

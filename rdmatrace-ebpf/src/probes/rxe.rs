@@ -89,19 +89,26 @@ pub fn rxe_mr_access(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
-    if qp == 0 || cfg.rxe_qp_ibqp == UNRESOLVED {
+    // Counted by the fentry programs instead (and these kprobes detached).
+    if qp == 0 || cfg.rxe_qp_ibqp == UNRESOLVED || cfg.rxe_fentry != 0 {
         return None;
     }
-    let ibqp = qp + u64::from(cfg.rxe_qp_ibqp);
     let len = u64::from(read::field::<u32>(skb, cfg.skb_len).unwrap_or(0));
+    add_traffic(cfg, qp, len, tx)
+}
+
+/// Adds one packet of `len` bytes of the QP at `qp` (`struct rxe_qp *`, a plain number) to
+/// its totals: in its slot when it has or can claim one, else in the hash.
+#[inline(always)]
+pub fn add_traffic(cfg: &ProbeConfig, qp: u64, len: u64, tx: bool) -> Option<u32> {
     let slotted = if cfg.qp_slots != 0 {
-        slot(cfg, qp, ibqp)
+        slot(cfg, qp)
     } else {
         None
     };
     let t = match slotted {
         Some(t) => t,
-        None => hashed(cfg, qp, ibqp)?,
+        None => hashed(cfg, qp)?,
     };
     // SAFETY: fields of a live map value; other CPUs add to them too, atomically.
     unsafe {
@@ -122,7 +129,7 @@ fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
 /// (Two CPUs claiming one free slot for two new QPs at once may count the first packet of
 /// one in the other's slot: bounded, and only for two QPs of one slot starting together.)
 #[inline(always)]
-fn slot(cfg: &ProbeConfig, qp: u64, ibqp: u64) -> Option<*mut QpTraffic> {
+fn slot(cfg: &ProbeConfig, qp: u64) -> Option<*mut QpTraffic> {
     let s = QP_SLOTS.get_ptr_mut(qp_slot(qp, QP_SLOT_COUNT))?;
     // SAFETY: a live map value; other CPUs add to its counters and user space frees it, key
     // last, so every access goes through volatile reads and writes.
@@ -143,7 +150,7 @@ fn slot(cfg: &ProbeConfig, qp: u64, ibqp: u64) -> Option<*mut QpTraffic> {
         ] {
             core::ptr::write_volatile(c, 0);
         }
-        qp_ident(cfg, ibqp, &mut (*t).qp);
+        qp_ident(cfg, qp + u64::from(cfg.rxe_qp_ibqp), &mut (*t).qp);
         core::ptr::write_volatile(&raw mut (*s).key, qp);
         Some(t)
     }
@@ -171,7 +178,8 @@ pub fn release_slot(cfg: &ProbeConfig, ibqp: u64) {
 /// The QP's totals in the `QP_TRAFFIC` hash: a new QP, or a new QP at a freed QP's address,
 /// starts from zero.
 #[inline(always)]
-fn hashed(cfg: &ProbeConfig, qp: u64, ibqp: u64) -> Option<*mut QpTraffic> {
+fn hashed(cfg: &ProbeConfig, qp: u64) -> Option<*mut QpTraffic> {
+    let ibqp = qp + u64::from(cfg.rxe_qp_ibqp);
     let qpn = read::field::<u32>(ibqp, cfg.qp_qp_num).unwrap_or(0);
     // SAFETY: only the qpn is read, to compare.
     match QP_TRAFFIC.get_ptr_mut(qp) {

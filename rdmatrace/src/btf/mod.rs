@@ -295,6 +295,18 @@ pub fn is_array(btf: &Types, ty: &str, member: &str) -> Result<bool, BtfError> {
     Ok(matches!(t, Type::Array(_)))
 }
 
+/// The BTF id of function `func` among the module's own types of `btf` (ids that continue
+/// vmlinux's, as the kernel numbers a module's BTF): what a tracing program attaches to.
+pub fn module_func_id(btf: &Types, func: &str) -> Result<u32, BtfError> {
+    let ids = match btf.split() {
+        Some(module) => module.resolve_ids_by_name(func).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    ids.into_iter()
+        .find(|&id| matches!(btf.resolve_type_by_id(id), Ok(Type::Func(_))))
+        .ok_or_else(|| BtfError::NoType(func.to_string()))
+}
+
 /// 0-based position of the first parameter of `func` whose name is one of `names`.
 pub fn param_index(btf: &Types, func: &str, names: &[&str]) -> Result<u32, BtfError> {
     for ty in btf.named(func) {

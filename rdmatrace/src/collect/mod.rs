@@ -36,6 +36,9 @@ pub enum Hook {
     /// Perf event on the software CPU clock of every online CPU (frequency from the load
     /// options).
     PerfCpuClock,
+    /// fentry on a module's function (BTF trampoline): loaded and attached by
+    /// `loader::fentry` in place of kprobes, after the attach pass; never in an area's list.
+    Fentry,
 }
 
 impl Hook {
@@ -53,6 +56,7 @@ impl std::fmt::Display for Hook {
             Hook::RawTracepoint => "raw_tp",
             Hook::Uprobe { .. } => "uprobe",
             Hook::PerfCpuClock => "perf_event",
+            Hook::Fentry => "fentry",
         })
     }
 }

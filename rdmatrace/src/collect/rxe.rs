@@ -3,7 +3,7 @@
 use rdmatrace_common::config::ProbeConfig;
 
 use super::{qp::resolve_ident, Area, Hook, ProbeSpec, Role};
-use crate::btf::{offset_of, param_index, BtfError, KernelBtf};
+use crate::btf::{module_func_id, offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
     name: "rxe",
@@ -75,6 +75,17 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
     match param_index(btf, "rxe_reg_user_mr", &["access", "access_flags"]) {
         Ok(i) => cfg.rxe_mr_arg_access = i,
         Err(e) => notes.push(format!("MR access flags not reported: {e}")),
+    }
+    // For the fentry programs (tried after the load; the kprobes stay when any is missing).
+    let btf = kbtf.scope("rdma_rxe", "rxe_qp")?;
+    let ids = [
+        "rxe_xmit_packet",
+        "rxe_resp_queue_pkt",
+        "rxe_comp_queue_pkt",
+    ]
+    .map(|f| module_func_id(btf, f));
+    if let [Ok(a), Ok(b), Ok(c)] = ids {
+        cfg.rxe_fentry_ids = [a, b, c];
     }
     cfg.skb_len = offset_of(kbtf.vmlinux(), "sk_buff", "len")?;
     Ok(notes)

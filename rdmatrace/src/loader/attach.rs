@@ -140,6 +140,7 @@ pub(super) fn attach_one(
                 })?;
             }
         }
+        Hook::Fentry => return Err("attached by the fentry loader, not the attach pass".into()),
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 use crate::btf;
 mod attach;
 pub mod copies;
+pub mod fentry;
 pub mod memory;
 mod pass;
 mod plink;
@@ -187,6 +188,8 @@ pub struct Tracer {
     /// The per-QP traffic slots, mapped (taken by the sampler); `None` when the programs do
     /// not use them (see `ProbeConfig::qp_slots`).
     pub slots: Option<slots::QpSlots>,
+    /// The rxe per-packet fentry programs, when they count in place of the kprobes.
+    _fentry: Option<fentry::FentryLinks>,
 }
 
 /// True when the kernel can create kprobe perf events at all.
@@ -294,6 +297,16 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     // `the_probes_need_no_kernel_btf_to_load`; and the programs emit nothing until their config
     // is written, below) while this one reads BTF and resolves every area's offsets.
     // A third one opens (arms) the kprobes from the start (see `pass::open_kprobes`).
+    // The object read again for the rxe fentry programs (see `fentry`), beside the rest.
+    let rxe = wanted.iter().any(|a| a.name == "rxe") && opts.btf_dir.join("rdma_rxe").exists();
+    let fentry_obj = rxe
+        .then(|| {
+            std::thread::Builder::new()
+                .name("rdmatrace-fentry".into())
+                .spawn(|| fentry::parse(PROBES_OBJ))
+                .ok()
+        })
+        .flatten();
     let (resolved, loaded) = std::thread::scope(|s| {
         let wanted = &wanted;
         // (None on a kernel without kprobes: nothing to open.)
@@ -334,6 +347,19 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
     let slots = qp_slots(&ebpf, &mut report);
     cfg.qp_slots = u32::from(slots.is_some());
+    let fentry = fentry_obj.and_then(|t| {
+        let obj = t
+            .join()
+            .unwrap_or_else(|_| Err("the thread reading the object failed".into()));
+        rxe_fentry(
+            obj,
+            &mut ebpf,
+            &mut links,
+            &mut report,
+            &mut cfg,
+            &mut phases,
+        )
+    });
     {
         let map = ebpf
             .map_mut("CONFIG")
@@ -351,7 +377,72 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         report,
         links,
         slots,
+        _fentry: fentry,
     })
+}
+
+/// The rxe per-packet programs on fentry in place of their kprobes, when the kernel takes
+/// them (see `fentry`): the kprobes are unloaded and stand by. Otherwise the kprobes count,
+/// and a note says why.
+fn rxe_fentry(
+    obj: Result<aya_obj::Object, String>,
+    ebpf: &mut Ebpf,
+    links: &mut plink::Links,
+    report: &mut AttachReport,
+    cfg: &mut ProbeConfig,
+    phases: &mut Phases,
+) -> Option<fentry::FentryLinks> {
+    let kprobes = ["rxe_xmit", "rxe_recv"];
+    let on = |r: &AttachReport, p: &str| r.attached().any(|s| s.spec.program == p);
+    if !kprobes.iter().all(|p| on(report, p))
+        || cfg
+            .rxe_fentry_ids
+            .contains(&rdmatrace_common::limits::UNRESOLVED)
+    {
+        return None;
+    }
+    let attached = match obj.and_then(|obj| fentry::attach(obj, ebpf, cfg, phases)) {
+        Ok(l) => l,
+        Err(why) => {
+            report.notes.push(format!(
+                "rxe packets counted by kprobes (fentry refused: {why})"
+            ));
+            return None;
+        }
+    };
+    cfg.rxe_fentry = 1;
+    // Unregistering a kprobe waits for the kernel's grace periods (a quarter of a second for
+    // these three in the TCG lab): their links are closed beside the start-up, and until then
+    // the kprobes count nothing (`rxe_fentry` in the config).
+    let detached: Vec<_> = kprobes.iter().flat_map(|p| links.take_program(p)).collect();
+    let _ = std::thread::Builder::new()
+        .name("rdmatrace-detach".into())
+        .spawn(move || drop(detached));
+    pass::unload_programs(ebpf, links, &kprobes);
+    let mut added = Vec::new();
+    for status in report
+        .probes
+        .iter_mut()
+        .filter(|p| kprobes.contains(&p.spec.program))
+    {
+        let program = if status.spec.program == "rxe_xmit" {
+            fentry::XMIT
+        } else {
+            fentry::RECV
+        };
+        status.state = ProbeState::Standby(format!("fentry {program} counts in its place"));
+        added.push(ProbeStatus {
+            spec: ProbeSpec {
+                program,
+                hook: Hook::Fentry,
+                ..status.spec
+            },
+            state: ProbeState::Attached,
+            ..status.clone()
+        });
+    }
+    report.probes.extend(added);
+    Some(attached)
 }
 
 /// The per-QP traffic slots, mapped, when the programs can use them: a slot is freed only

@@ -106,6 +106,7 @@ pub(super) fn attach_areas(
                     Hook::RawTracepoint => "(beside it) tracepoints verified and attached",
                     Hook::Uprobe { .. } => "(beside it) uprobes verified and attached",
                     Hook::PerfCpuClock => "(beside it) perf events opened",
+                    Hook::Fentry => "(beside it) fentry programs attached",
                 });
                 // Whether a where-present function is missing is asked of /proc/kallsyms
                 // (megabytes) only when the kernel could have made the kprobe at all: on one
@@ -145,6 +146,24 @@ pub(super) fn attach_areas(
 
 /// Detaches the programs of `off` (areas attached before their offsets failed to resolve),
 /// except those a kept area also runs.
+/// Detaches and unloads the programs `programs` (kprobes or uprobes, raw tracepoints, perf
+/// events; one never loaded is left alone).
+pub(super) fn unload_programs(ebpf: &mut Ebpf, links: &mut plink::Links, programs: &[&str]) {
+    for &program in programs {
+        links.drop_program(program);
+        if let Some(prog) = ebpf.program_mut(program) {
+            // Unloading detaches every link of the program.
+            let _ = match prog {
+                Program::KProbe(p) => p.unload(),
+                Program::UProbe(p) => p.unload(),
+                Program::RawTracePoint(p) => p.unload(),
+                Program::PerfEvent(p) => p.unload(),
+                _ => Ok(()),
+            };
+        }
+    }
+}
+
 pub(super) fn unload_areas(
     ebpf: &mut Ebpf,
     links: &mut plink::Links,
@@ -159,16 +178,6 @@ pub(super) fn unload_areas(
         {
             continue;
         }
-        links.drop_program(spec.program);
-        if let Some(prog) = ebpf.program_mut(spec.program) {
-            // Unloading detaches every link of the program; one never loaded is left alone.
-            let _ = match prog {
-                Program::KProbe(p) => p.unload(),
-                Program::UProbe(p) => p.unload(),
-                Program::RawTracePoint(p) => p.unload(),
-                Program::PerfEvent(p) => p.unload(),
-                _ => Ok(()),
-            };
-        }
+        unload_programs(ebpf, links, &[spec.program]);
     }
 }

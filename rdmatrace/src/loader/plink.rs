@@ -180,4 +180,13 @@ impl Links {
     pub(super) fn drop_program(&mut self, program: &str) {
         self.links.retain(|(p, _)| *p != program);
     }
+
+    /// Takes the links of `program` out, for the caller to drop (detach) when it suits.
+    pub(super) fn take_program(&mut self, program: &str) -> Vec<OwnedFd> {
+        let (taken, kept) = std::mem::take(&mut self.links)
+            .into_iter()
+            .partition(|(p, _)| *p == program);
+        self.links = kept;
+        taken.into_iter().map(|(_, fd)| fd).collect()
+    }
 }

@@ -37,10 +37,8 @@ fn zero_traffic() -> QpTraffic {
 fn qp_slots_are_sampled_as_changes_and_freed_after_their_last_totals() {
     let slots = QpSlots::anonymous().expect("anonymous mapping");
     let (a, b) = (0xffff_8880_1234_5000_u64, 0xffff_8880_1234_9000_u64);
-    let (ia, ib) = (
-        qp_slot(a, slots.len() as u32) as usize,
-        qp_slot(b, slots.len() as u32) as usize,
-    );
+    let n = slots.len() as u32;
+    let (ia, ib) = (qp_slot(a, n) as usize, qp_slot(b, n) as usize);
     assert_ne!(ia, ib, "two QPs of this test share a slot");
     // A slot claimed before the sampler starts: its totals so far are the baseline.
     slots.put(

@@ -1,0 +1,68 @@
+//! fentry twins of the rxe per-packet kprobes (`rxe_xmit`, `rxe_recv` in `rxe.rs`), loaded by
+//! user space itself (aya 0.14 cannot attach a tracing program to a module's function) and
+//! used in their place when the kernel takes them. A tracing program's arguments are typed
+//! pointers whose fields it loads directly, with no `bpf_probe_read_kernel` call per packet:
+//! the argument slot and field offset of the packet length's load are placeholders
+//! (`rdmatrace_common::patch`) that user space sets from BTF before loading. The QP's address
+//! as a plain number, for its slot (the verifier allows no arithmetic on a typed pointer),
+//! comes from `bpf_get_func_arg` (inlined by the verifier), so the rest is `add_traffic`,
+//! shared with the kprobes.
+
+use aya_ebpf::{
+    helpers::generated::bpf_get_func_arg, macros::fentry, programs::FEntryContext, EbpfContext as _,
+};
+use rdmatrace_common::{config::ProbeConfig, patch};
+
+use crate::{emit::config, probes::rxe::add_traffic};
+
+/// `rxe_xmit_packet(qp, pkt, skb)`: every packet a QP sends.
+#[fentry(function = "rxe_xmit_packet")]
+pub fn rxe_xmit_f(ctx: FEntryContext) -> u32 {
+    config()
+        .and_then(|c| count(&ctx, c, c.xmit_arg_qp, true))
+        .unwrap_or(0)
+}
+
+/// `rxe_resp_queue_pkt(qp, skb)` and `rxe_comp_queue_pkt(qp, skb)` (the same program loaded
+/// for each): every packet a QP receives.
+#[fentry(function = "rxe_resp_queue_pkt")]
+pub fn rxe_recv_f(ctx: FEntryContext) -> u32 {
+    config()
+        .and_then(|c| count(&ctx, c, c.rcv_arg_qp, false))
+        .unwrap_or(0)
+}
+
+#[inline(always)]
+fn count(ctx: &FEntryContext, cfg: &ProbeConfig, qp_arg: u32, tx: bool) -> Option<u32> {
+    if cfg.rxe_fentry == 0 {
+        return None;
+    }
+    let args = ctx.as_ptr().cast::<u8>();
+    // SAFETY: the loads are checked by the verifier against the function's BTF once user space
+    // has set their offsets (the argument's slot in the context, then a field of the typed
+    // pointer); a fault on a bad pointer reads zero.
+    let len = unsafe {
+        let skb = load::<u64>(args, patch::ARG_SKB);
+        if skb == 0 {
+            return None;
+        }
+        load::<u32>(skb as *const u8, patch::SKB_LEN)
+    };
+    let mut qp: u64 = 0;
+    // SAFETY: the helper writes one u64 through the pointer (argument `qp_arg` of the traced
+    // function, or nothing when there is no such argument).
+    if unsafe { bpf_get_func_arg(ctx.as_ptr(), qp_arg, &mut qp) } != 0 || qp == 0 {
+        return None;
+    }
+    add_traffic(cfg, qp, u64::from(len), tx)
+}
+
+/// A load at `base + off`, `off` a placeholder of `patch`: one `BPF_LDX` with that offset.
+///
+/// # Safety
+/// Only as the verifier allows, after user space has set the offset.
+#[inline(always)]
+unsafe fn load<T: Copy>(base: *const u8, off: i16) -> T {
+    // SAFETY: the caller's.
+    unsafe { core::ptr::read_volatile(base.offset(off as isize).cast::<T>()) }
+}
