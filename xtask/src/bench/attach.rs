@@ -79,6 +79,24 @@ pub fn phases(items: &[serde_json::Value]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The functions rdmatrace's fentry programs were attached to (`doctor --json`'s `probe
+/// AREA/PROGRAM (fentry TARGET)` items marked attached), sorted.
+pub fn fentry_targets(items: &[serde_json::Value]) -> Vec<String> {
+    let mut t: Vec<String> = items
+        .iter()
+        .filter(|i| i["detail"].as_str() == Some("attached"))
+        .filter_map(|i| {
+            let item = i["item"].as_str()?;
+            let rest = item.strip_prefix("probe ")?;
+            let (_, kind) = rest.split_once(" (fentry ")?;
+            Some(kind.trim_end_matches(')').to_string())
+        })
+        .collect();
+    t.sort();
+    t.dedup();
+    t
+}
+
 /// The phase table of [`phases`].
 pub fn phase_table(s: &mut String, phases: &[(String, String)]) {
     let _ = writeln!(s, "| phase | time |");
@@ -203,6 +221,44 @@ mod tests {
         assert_eq!(
             maps_bytes("cannot read /proc/self/fdinfo: No such file or directory (os error 2)"),
             None
+        );
+    }
+
+    #[test]
+    fn the_fentry_targets_are_the_attached_fentry_probes() {
+        let items: Vec<serde_json::Value> = [
+            ("probe rxe/rxe_xmit_f (fentry rxe_xmit_packet)", "attached"),
+            (
+                "probe rxe/rxe_recv_f (fentry rxe_resp_queue_pkt)",
+                "attached",
+            ),
+            (
+                "probe rxe/rxe_recv_f (fentry rxe_comp_queue_pkt)",
+                "attached",
+            ),
+            (
+                "probe rxe/rxe_xmit (kprobe rxe_xmit_packet)",
+                "fentry rxe_xmit_f counts in its place",
+            ),
+            (
+                "probe qp/qp_create_enter (kprobe ib_create_qp_user)",
+                "attached",
+            ),
+            (
+                "probe rxe/other_f (fentry gone_function)",
+                "off: no such function",
+            ),
+        ]
+        .iter()
+        .map(|(i, d)| serde_json::json!({"item": i, "detail": d}))
+        .collect();
+        assert_eq!(
+            fentry_targets(&items),
+            [
+                "rxe_comp_queue_pkt",
+                "rxe_resp_queue_pkt",
+                "rxe_xmit_packet"
+            ]
         );
     }
 }

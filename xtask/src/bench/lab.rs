@@ -16,6 +16,9 @@ pub struct LabResults {
     raw: BTreeMap<String, BTreeMap<String, BTreeMap<u32, f64>>>,
     /// (phase, duration text) of one `rdmatrace doctor --json` start-up in that boot.
     pub startup: Vec<(String, String)>,
+    /// The functions rdmatrace put fentry programs on in that boot (its other hooks: kprobes,
+    /// raw tracepoints, uprobes).
+    pub fentry: Vec<String>,
 }
 
 impl LabResults {
@@ -50,6 +53,7 @@ impl LabResults {
             kernel,
             raw,
             startup: Vec::new(),
+            fentry: Vec::new(),
         })
     }
 
@@ -98,7 +102,9 @@ pub fn run(rounds: u32) -> anyhow::Result<LabResults> {
     // Written by bench.sh before the rounds; without it the report says so.
     if let Ok(text) = std::fs::read_to_string(out.join("doctor.json")) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
-            results.startup = super::attach::phases(v["data"].as_array().map_or(&[], |a| a));
+            let items = v["data"].as_array().map_or(&[][..], |a| a);
+            results.startup = super::attach::phases(items);
+            results.fentry = super::attach::fentry_targets(items);
         }
     }
     Ok(results)

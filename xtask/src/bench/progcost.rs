@@ -83,8 +83,20 @@ pub fn section(s: &mut String, lab: &LabResults) {
          program counts both; a program on several hooks (`a+b`) is compared with the other programs \
          on those hooks taken together (runs summed, time per run weighted by runs). The floor is an empty bpftrace program on the per-packet hooks \
          during one extra perftest pass. Targets: every rdmatrace program at or below its \
-         bpftrace twin; per-packet hooks within 2× of the floor.\n\n\
-         | hook | rdmatrace ns/run | bpftrace ns/run | empty program | ≤ bpftrace | ≤ 2× floor |\n\
+         bpftrace twin; per-packet hooks within 2× of the floor.\n"
+    );
+    if !lab.fentry.is_empty() {
+        let list: Vec<String> = lab.fentry.iter().map(|f| format!("`{f}`")).collect();
+        let _ = writeln!(
+            s,
+            "On {} rdmatrace's programs were fentry programs in this boot (`rdmatrace doctor`); \
+             bpftrace's and the empty programs there are kprobes.\n",
+            list.join(", ")
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| hook | rdmatrace ns/run | bpftrace ns/run | empty program | ≤ bpftrace | ≤ 2× floor |\n\
          |---|---|---|---|---|---|"
     );
     let hooks: BTreeSet<&String> = ours.iter().map(|h| &h.0).collect();
