@@ -75,13 +75,17 @@ def main():
             if hook:
                 add(hook, link.get("prog_id"))
             continue
+        # fentry links: bpftool 7.1 shows neither their owner nor their function; doctor names
+        # the program (only the tool whose doctor output is given has programs of those names).
+        prog_name = progs.get(link.get("prog_id"), {}).get("name")
+        if link.get("type") == "tracing" and not link.get("pids") and named.get(prog_name):
+            add(named[prog_name], link.get("prog_id"))
+            continue
         if pid not in [p.get("pid") for p in link.get("pids", [])]:
             continue
         if link.get("type") in ("raw_tracepoint", "tracing"):
             prog = progs.get(link.get("prog_id"), {})
-            # fentry links: bpftool 7.1 shows the target's BTF id only; doctor names it.
-            name = str(prog.get("name", "?"))
-            hook = link.get("tp_name") or named.get(name) or "btf:" + name
+            hook = link.get("tp_name") or "btf:" + str(prog.get("name", "?"))
             add(hook, link.get("prog_id"))
     for hook, (ns, runs) in sorted(hooks.items()):
         hook = "_".join(hook.split())
