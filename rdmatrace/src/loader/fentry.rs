@@ -22,6 +22,9 @@ use aya_obj::generated::{
 };
 use rdmatrace_common::{config::ProbeConfig, limits::UNRESOLVED, patch};
 
+use super::{plink, resolve::Phases, AttachReport, ProbeState, ProbeStatus};
+use crate::collect::{Hook, ProbeSpec};
+
 /// The kernel programs, as named in the object (and the kernel: 15 characters at most).
 pub const XMIT: &str = "rxe_xmit_f";
 pub const RECV: &str = "rxe_recv_f";
@@ -314,6 +317,70 @@ pub(super) fn attach(
         }
     }
     Ok(FentryLinks { _fds: fds })
+}
+
+/// The rxe per-packet programs on fentry in place of their kprobes, when the kernel takes
+/// them (see `fentry`): the kprobes are unloaded and stand by. Otherwise the kprobes count,
+/// and a note says why.
+pub(super) fn replace_kprobes(
+    obj: Result<aya_obj::Object, String>,
+    ebpf: &mut Ebpf,
+    links: &mut plink::Links,
+    report: &mut AttachReport,
+    cfg: &mut ProbeConfig,
+    phases: &mut Phases,
+) -> Option<FentryLinks> {
+    let kprobes = ["rxe_xmit", "rxe_recv"];
+    let on = |r: &AttachReport, p: &str| r.attached().any(|s| s.spec.program == p);
+    if !kprobes.iter().all(|p| on(report, p))
+        || cfg
+            .rxe_fentry_ids
+            .contains(&rdmatrace_common::limits::UNRESOLVED)
+    {
+        return None;
+    }
+    let attached = match obj.and_then(|obj| attach(obj, ebpf, cfg, phases)) {
+        Ok(l) => l,
+        Err(why) => {
+            report.notes.push(format!(
+                "rxe packets counted by kprobes (fentry refused: {why})"
+            ));
+            return None;
+        }
+    };
+    cfg.rxe_fentry = 1;
+    // Unregistering a kprobe waits for the kernel's grace periods (a quarter of a second for
+    // these three in the TCG lab): their links are closed beside the start-up, and until then
+    // the kprobes count nothing (`rxe_fentry` in the config).
+    let detached: Vec<_> = kprobes.iter().flat_map(|p| links.take_program(p)).collect();
+    let _ = std::thread::Builder::new()
+        .name("rdmatrace-detach".into())
+        .spawn(move || drop(detached));
+    super::pass::unload_programs(ebpf, links, &kprobes);
+    let mut added = Vec::new();
+    for status in report
+        .probes
+        .iter_mut()
+        .filter(|p| kprobes.contains(&p.spec.program))
+    {
+        let program = if status.spec.program == "rxe_xmit" {
+            XMIT
+        } else {
+            RECV
+        };
+        status.state = ProbeState::Standby(format!("fentry {program} counts in its place"));
+        added.push(ProbeStatus {
+            spec: ProbeSpec {
+                program,
+                hook: Hook::Fentry,
+                ..status.spec
+            },
+            state: ProbeState::Attached,
+            ..status.clone()
+        });
+    }
+    report.probes.extend(added);
+    Some(attached)
 }
 
 #[cfg(test)]

@@ -345,13 +345,13 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     report
         .probes
         .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
-    let slots = qp_slots(&ebpf, &mut report);
+    let slots = slots::for_programs(&ebpf, &mut report);
     cfg.qp_slots = u32::from(slots.is_some());
     let fentry = fentry_obj.and_then(|t| {
         let obj = t
             .join()
             .unwrap_or_else(|_| Err("the thread reading the object failed".into()));
-        rxe_fentry(
+        fentry::replace_kprobes(
             obj,
             &mut ebpf,
             &mut links,
@@ -379,93 +379,6 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         slots,
         _fentry: fentry,
     })
-}
-
-/// The rxe per-packet programs on fentry in place of their kprobes, when the kernel takes
-/// them (see `fentry`): the kprobes are unloaded and stand by. Otherwise the kprobes count,
-/// and a note says why.
-fn rxe_fentry(
-    obj: Result<aya_obj::Object, String>,
-    ebpf: &mut Ebpf,
-    links: &mut plink::Links,
-    report: &mut AttachReport,
-    cfg: &mut ProbeConfig,
-    phases: &mut Phases,
-) -> Option<fentry::FentryLinks> {
-    let kprobes = ["rxe_xmit", "rxe_recv"];
-    let on = |r: &AttachReport, p: &str| r.attached().any(|s| s.spec.program == p);
-    if !kprobes.iter().all(|p| on(report, p))
-        || cfg
-            .rxe_fentry_ids
-            .contains(&rdmatrace_common::limits::UNRESOLVED)
-    {
-        return None;
-    }
-    let attached = match obj.and_then(|obj| fentry::attach(obj, ebpf, cfg, phases)) {
-        Ok(l) => l,
-        Err(why) => {
-            report.notes.push(format!(
-                "rxe packets counted by kprobes (fentry refused: {why})"
-            ));
-            return None;
-        }
-    };
-    cfg.rxe_fentry = 1;
-    // Unregistering a kprobe waits for the kernel's grace periods (a quarter of a second for
-    // these three in the TCG lab): their links are closed beside the start-up, and until then
-    // the kprobes count nothing (`rxe_fentry` in the config).
-    let detached: Vec<_> = kprobes.iter().flat_map(|p| links.take_program(p)).collect();
-    let _ = std::thread::Builder::new()
-        .name("rdmatrace-detach".into())
-        .spawn(move || drop(detached));
-    pass::unload_programs(ebpf, links, &kprobes);
-    let mut added = Vec::new();
-    for status in report
-        .probes
-        .iter_mut()
-        .filter(|p| kprobes.contains(&p.spec.program))
-    {
-        let program = if status.spec.program == "rxe_xmit" {
-            fentry::XMIT
-        } else {
-            fentry::RECV
-        };
-        status.state = ProbeState::Standby(format!("fentry {program} counts in its place"));
-        added.push(ProbeStatus {
-            spec: ProbeSpec {
-                program,
-                hook: Hook::Fentry,
-                ..status.spec
-            },
-            state: ProbeState::Attached,
-            ..status.clone()
-        });
-    }
-    report.probes.extend(added);
-    Some(attached)
-}
-
-/// The per-QP traffic slots, mapped, when the programs can use them: a slot is freed only
-/// through the QP destroy probe, so without it every packet goes through the hash map.
-fn qp_slots(ebpf: &Ebpf, report: &mut AttachReport) -> Option<slots::QpSlots> {
-    let frees = report
-        .attached()
-        .any(|p| p.spec.program == "qp_destroy_enter");
-    let rxe = report.attached().any(|p| p.spec.program == "rxe_xmit");
-    if !(frees && rxe) {
-        return None;
-    }
-    match ebpf.map("QP_SLOTS").map(slots::QpSlots::map) {
-        Some(Ok(s)) => Some(s),
-        Some(Err(e)) => {
-            report.notes.push(format!(
-                "per-QP traffic summed in the hash map only (slower per packet): QP_SLOTS \
-                 could not be mapped: {e}"
-            ));
-            None
-        }
-        None => None,
-    }
 }
 
 /// The object's thread: loads it (its maps created), fills the process filter, and attaches

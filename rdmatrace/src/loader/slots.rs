@@ -129,6 +129,29 @@ impl QpSlots {
     }
 }
 
+/// The per-QP traffic slots, mapped, when the programs can use them: a slot is freed only
+/// through the QP destroy probe, so without it every packet goes through the hash map.
+pub(super) fn for_programs(ebpf: &aya::Ebpf, report: &mut super::AttachReport) -> Option<QpSlots> {
+    let frees = report
+        .attached()
+        .any(|p| p.spec.program == "qp_destroy_enter");
+    let rxe = report.attached().any(|p| p.spec.program == "rxe_xmit");
+    if !(frees && rxe) {
+        return None;
+    }
+    match ebpf.map("QP_SLOTS").map(QpSlots::map) {
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            report.notes.push(format!(
+                "per-QP traffic summed in the hash map only (slower per packet): QP_SLOTS \
+                 could not be mapped: {e}"
+            ));
+            None
+        }
+        None => None,
+    }
+}
+
 impl Drop for QpSlots {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `map_data`, of that size, unmapped once.
