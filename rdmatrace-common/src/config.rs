@@ -188,14 +188,15 @@ pub struct ProbeConfig {
     /// QP destroy probe, which frees a QP's slot, is attached. Zero: every packet goes through
     /// the `QP_TRAFFIC` hash, as before the slots.
     pub qp_slots: u32,
-    /// Non-zero when the rxe packets are counted by the fentry programs (`rxe_xmit_f`,
-    /// `rxe_recv_f`): the kprobes `rxe_xmit`/`rxe_recv` then count nothing (they are detached
-    /// too). Zero: the fentry programs count nothing.
+    /// Which rxe kprobes the fentry programs count in place of ([`FENTRY_PACKETS`]: `rxe_xmit`
+    /// and `rxe_recv` by `rxe_xmit_f` and `rxe_recv_f`; [`FENTRY_CQ_POST`]: `rxe_cq_post` by
+    /// `rxe_cq_post_f`): a kprobe whose bit is set counts nothing (it is detached too); a
+    /// fentry program whose bit is clear counts nothing.
     pub rxe_fentry: u32,
     /// BTF ids, in `rdma_rxe`'s BTF (split over vmlinux's), of `rxe_xmit_packet`,
-    /// `rxe_resp_queue_pkt` and `rxe_comp_queue_pkt`: what the fentry programs attach to. Read
-    /// by user space only.
-    pub rxe_fentry_ids: [u32; 3],
+    /// `rxe_resp_queue_pkt`, `rxe_comp_queue_pkt` and `rxe_cq_post`: what the fentry programs
+    /// attach to. Read by user space only.
+    pub rxe_fentry_ids: [u32; 4],
     /// Non-zero once user space has written this config. The programs are attached while the
     /// offsets are still being resolved (start-up runs both at once); until then the map holds
     /// zeros and every program returns at once, emitting nothing.
@@ -204,7 +205,12 @@ pub struct ProbeConfig {
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 58 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 59 * 4);
+
+/// [`ProbeConfig::rxe_fentry`]: the rxe packets are counted by the fentry programs.
+pub const FENTRY_PACKETS: u32 = 1;
+/// [`ProbeConfig::rxe_fentry`]: the rxe completions are checked by the fentry program.
+pub const FENTRY_CQ_POST: u32 = 2;
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -332,7 +338,7 @@ impl ProbeConfig {
             own_mnt_ns: 0,
             qp_slots: 0,
             rxe_fentry: 0,
-            rxe_fentry_ids: [U; 3],
+            rxe_fentry_ids: [U; 4],
             ready: 1,
         }
     }

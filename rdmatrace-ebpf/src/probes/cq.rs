@@ -5,7 +5,7 @@
 
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 use rdmatrace_common::{
-    config::ProbeConfig,
+    config::{ProbeConfig, FENTRY_CQ_POST},
     event::{CqNotify, EventKind, WcErrorEvent},
     limits::UNRESOLVED,
 };
@@ -83,6 +83,10 @@ pub fn rxe_cq_post(ctx: ProbeContext) -> u32 {
 
 fn try_rxe_cq_post(ctx: &ProbeContext) -> Option<u32> {
     let cfg = config()?;
+    // Checked by the fentry program instead (and this kprobe detached).
+    if cfg.rxe_fentry & FENTRY_CQ_POST != 0 {
+        return None;
+    }
     let rcq = arg(ctx, cfg.cq_post_arg_cq);
     let cqe = arg(ctx, cfg.cq_post_arg_cqe);
     if rcq == 0 || cqe == 0 || cfg.rxe_cq_ibcq == UNRESOLVED {
@@ -93,6 +97,17 @@ fn try_rxe_cq_post(ctx: &ProbeContext) -> Option<u32> {
     // asking which layout this CQ uses.
     let same_place = cfg.uwc_status == cfg.wc_status;
     if same_place && read::field::<u32>(cqe, cfg.wc_status)? == 0 {
+        return None;
+    }
+    wc_error(cfg, rcq, cqe)
+}
+
+/// Emits the completion `cqe` posted to the rxe CQ `rcq` when its status is an error (both
+/// plain numbers, read with `bpf_probe_read_kernel`): shared by the kprobe and the fentry
+/// program (`rxe_fentry.rs`), which check for success first, each its own way.
+#[inline(always)]
+pub fn wc_error(cfg: &ProbeConfig, rcq: u64, cqe: u64) -> Option<u32> {
+    if rcq == 0 || cqe == 0 || cfg.rxe_cq_ibcq == UNRESOLVED {
         return None;
     }
     let user = read::field::<u8>(rcq, cfg.rxe_cq_is_user).unwrap_or(0) != 0;

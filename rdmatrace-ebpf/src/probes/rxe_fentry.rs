@@ -1,4 +1,5 @@
-//! fentry twins of the rxe per-packet kprobes (`rxe_xmit`, `rxe_recv` in `rxe.rs`), loaded by
+//! fentry twins of the rxe per-packet kprobes (`rxe_xmit`, `rxe_recv` in `rxe.rs`, and
+//! `rxe_cq_post` in `cq.rs`), loaded by
 //! user space itself (aya 0.14 cannot attach a tracing program to a module's function) and
 //! used in their place when the kernel takes them. A tracing program's arguments are typed
 //! pointers whose fields it loads directly, with no `bpf_probe_read_kernel` call per packet:
@@ -6,14 +7,21 @@
 //! (`rdmatrace_common::patch`) that user space sets from BTF before loading. The QP's address
 //! as a plain number, for its slot (the verifier allows no arithmetic on a typed pointer),
 //! comes from `bpf_get_func_arg` (inlined by the verifier), so the rest is `add_traffic`,
-//! shared with the kprobes.
+//! shared with the kprobes. A completion's status is one direct load too; only an error
+//! completion goes on to `wc_error` (shared with the kprobe, reading with helpers).
 
 use aya_ebpf::{
     helpers::generated::bpf_get_func_arg, macros::fentry, programs::FEntryContext, EbpfContext as _,
 };
-use rdmatrace_common::{config::ProbeConfig, patch};
+use rdmatrace_common::{
+    config::{ProbeConfig, FENTRY_CQ_POST, FENTRY_PACKETS},
+    patch,
+};
 
-use crate::{emit::config, probes::rxe::add_traffic};
+use crate::{
+    emit::config,
+    probes::{cq::wc_error, rxe::add_traffic},
+};
 
 /// `rxe_xmit_packet(qp, pkt, skb)`: every packet a QP sends.
 #[fentry(function = "rxe_xmit_packet")]
@@ -34,7 +42,7 @@ pub fn rxe_recv_f(ctx: FEntryContext) -> u32 {
 
 #[inline(always)]
 fn count(ctx: &FEntryContext, cfg: &ProbeConfig, qp_arg: u32, tx: bool) -> Option<u32> {
-    if cfg.rxe_fentry == 0 {
+    if cfg.rxe_fentry & FENTRY_PACKETS == 0 {
         return None;
     }
     let args = ctx.as_ptr().cast::<u8>();
@@ -55,6 +63,43 @@ fn count(ctx: &FEntryContext, cfg: &ProbeConfig, qp_arg: u32, tx: bool) -> Optio
         return None;
     }
     add_traffic(cfg, qp, u64::from(len), tx)
+}
+
+/// `rxe_cq_post(cq, cqe, solicited)`: every completion rxe posts; the status of a successful
+/// one (most of them) is all that is read.
+#[fentry(function = "rxe_cq_post")]
+pub fn rxe_cq_post_f(ctx: FEntryContext) -> u32 {
+    config().and_then(|c| cq_post(&ctx, c)).unwrap_or(0)
+}
+
+#[inline(always)]
+fn cq_post(ctx: &FEntryContext, cfg: &ProbeConfig) -> Option<u32> {
+    if cfg.rxe_fentry & FENTRY_CQ_POST == 0 {
+        return None;
+    }
+    let args = ctx.as_ptr().cast::<u8>();
+    // SAFETY: as in `count`: the argument's slot, then the status field of the typed
+    // completion (user space loads this program only when both layouts keep it at one offset).
+    let status = unsafe {
+        let cqe = load::<u64>(args, patch::ARG_CQE);
+        if cqe == 0 {
+            return None;
+        }
+        load::<u32>(cqe as *const u8, patch::CQE_STATUS)
+    };
+    if status == 0 {
+        return None;
+    }
+    let (mut cq, mut cqe) = (0u64, 0u64);
+    // SAFETY: as in `count`.
+    let found = unsafe {
+        bpf_get_func_arg(ctx.as_ptr(), cfg.cq_post_arg_cq, &mut cq) == 0
+            && bpf_get_func_arg(ctx.as_ptr(), cfg.cq_post_arg_cqe, &mut cqe) == 0
+    };
+    if !found {
+        return None;
+    }
+    wc_error(cfg, cq, cqe)
 }
 
 /// A load at `base + off`, `off` a placeholder of `patch`: one `BPF_LDX` with that offset.

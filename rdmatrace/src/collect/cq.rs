@@ -4,7 +4,7 @@
 use rdmatrace_common::config::ProbeConfig;
 
 use super::{qp::resolve_ident, res::resolve_tracker, Area, Hook, ProbeSpec, Role};
-use crate::btf::{offset_of, param_index, BtfError, KernelBtf};
+use crate::btf::{module_func_id, offset_of, param_index, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
     name: "cq",
@@ -56,5 +56,9 @@ fn resolve_rxe(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String
     cfg.uwc_qp_num = offset_of(btf, "rxe_cqe", "uibwc.qp_num")?;
     cfg.cq_post_arg_cq = param_index(btf, "rxe_cq_post", &["cq"])?;
     cfg.cq_post_arg_cqe = param_index(btf, "rxe_cq_post", &["cqe"])?;
+    // For the fentry program (tried after the load; the kprobe stays when it is missing).
+    if let Ok(id) = module_func_id(btf, "rxe_cq_post") {
+        cfg.rxe_fentry_ids[3] = id;
+    }
     Ok(notes)
 }

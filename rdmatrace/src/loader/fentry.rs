@@ -1,4 +1,4 @@
-//! The rxe per-packet fentry programs (`rdmatrace-ebpf/src/probes/rxe_fentry.rs`), loaded and
+//! The rxe fentry programs (`rdmatrace-ebpf/src/probes/rxe_fentry.rs`), loaded and
 //! attached here: aya 0.14 loads a tracing program only against vmlinux's BTF (it never passes
 //! the BTF object of a module, where the rxe functions are). The programs come from the same
 //! object, their map references bound to the maps aya created (aya-obj's own relocation, as
@@ -20,7 +20,11 @@ use aya::{
 use aya_obj::generated::{
     bpf_attach_type, bpf_attr, bpf_btf_info, bpf_cmd, bpf_insn, bpf_prog_type,
 };
-use rdmatrace_common::{config::ProbeConfig, limits::UNRESOLVED, patch};
+use rdmatrace_common::{
+    config::{ProbeConfig, FENTRY_CQ_POST, FENTRY_PACKETS},
+    limits::UNRESOLVED,
+    patch,
+};
 
 use super::{plink, resolve::Phases, AttachReport, ProbeState, ProbeStatus};
 use crate::collect::{Hook, ProbeSpec};
@@ -28,6 +32,7 @@ use crate::collect::{Hook, ProbeSpec};
 /// The kernel programs, as named in the object (and the kernel: 15 characters at most).
 pub const XMIT: &str = "rxe_xmit_f";
 pub const RECV: &str = "rxe_recv_f";
+pub const CQ_POST: &str = "rxe_cq_post_f";
 
 /// The module whose functions they attach to.
 const MODULE: &str = "rdma_rxe";
@@ -169,18 +174,31 @@ pub(super) fn set_offsets(insns: &mut [bpf_insn], values: &[(i16, u32)]) -> Resu
     Ok(())
 }
 
-/// The placeholders of program `name` and their offsets in this kernel: `None` when one is
+/// The placeholders of program `name` and their offsets in this kernel; why not, when one is
 /// unresolved.
-fn offsets(cfg: &ProbeConfig, name: &str) -> Option<Vec<(i16, u32)>> {
+fn offsets(cfg: &ProbeConfig, name: &str) -> Result<Vec<(i16, u32)>, String> {
+    let unresolved = |v: &[u32]| v.contains(&UNRESOLVED);
+    if name == CQ_POST {
+        if unresolved(&[cfg.cq_post_arg_cqe, cfg.wc_status]) {
+            return Err("the completion's status is unresolved".into());
+        }
+        if cfg.wc_status != cfg.uwc_status {
+            return Err("the two completion layouts keep the status at different offsets".into());
+        }
+        return Ok(vec![
+            (patch::ARG_CQE, cfg.cq_post_arg_cqe * 8),
+            (patch::CQE_STATUS, cfg.wc_status),
+        ]);
+    }
     let arg_skb = if name == XMIT {
         cfg.xmit_arg_skb
     } else {
         cfg.rcv_arg_skb
     };
-    if [arg_skb, cfg.skb_len].contains(&UNRESOLVED) {
-        return None;
+    if unresolved(&[arg_skb, cfg.skb_len]) {
+        return Err("the packet's length is unresolved".into());
     }
-    Some(vec![
+    Ok(vec![
         (patch::ARG_SKB, arg_skb * 8),
         (patch::SKB_LEN, cfg.skb_len),
     ])
@@ -282,46 +300,67 @@ fn attach_one(prog: &OwnedFd) -> io::Result<OwnedFd> {
     sys_bpf_fd(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
 }
 
-/// Loads and attaches the transmit program to `rxe_xmit_packet` and the receive program to
-/// `rxe_resp_queue_pkt` and `rxe_comp_queue_pkt`; why not, when any part is refused (nothing
-/// stays attached then).
-pub(super) fn attach(
-    object: aya_obj::Object,
-    ebpf: &Ebpf,
-    cfg: &ProbeConfig,
-    phases: &mut super::resolve::Phases,
-) -> Result<FentryLinks, String> {
-    let [xmit, resp, comp] = cfg.rxe_fentry_ids;
-    if [xmit, resp, comp].contains(&UNRESOLVED) {
-        return Err("the rxe functions' BTF ids were not found".into());
-    }
-    let mut progs = instructions(object, ebpf, &[XMIT, RECV])?;
-    phases.mark("rxe fentry: maps bound (object read again beside the load)");
-    let btf = module_btf(MODULE)?;
-    phases.mark("rxe fentry: module BTF found");
-    let mut fds = Vec::new();
-    for (name, ids) in [(XMIT, &[xmit][..]), (RECV, &[resp, comp][..])] {
-        let (insns, license) = progs
-            .get_mut(name)
-            .ok_or_else(|| format!("program {name} missing"))?;
-        let values =
-            offsets(cfg, name).ok_or_else(|| format!("{name}: an offset is unresolved"))?;
-        set_offsets(insns, &values).map_err(|e| format!("{name}: {e}"))?;
-        for &id in ids {
-            let prog = load(name, insns, license, &btf, id)?;
-            phases.mark("rxe fentry: programs verified");
-            let link = attach_one(&prog).map_err(|e| format!("attaching {name}: {e}"))?;
-            phases.mark("rxe fentry: programs attached");
-            fds.push(prog);
-            fds.push(link);
-        }
-    }
-    Ok(FentryLinks { _fds: fds })
+/// kprobes that fentry programs replace together, or not at all.
+struct Switch {
+    /// Its bit in `ProbeConfig::rxe_fentry`.
+    bit: u32,
+    /// What the programs do, for the note when they are refused.
+    what: &'static str,
+    /// Each fentry program, the kprobe it replaces and the indexes in
+    /// `ProbeConfig::rxe_fentry_ids` of the functions it is loaded for.
+    programs: &'static [(&'static str, &'static str, &'static [usize])],
 }
 
-/// The rxe per-packet programs on fentry in place of their kprobes, when the kernel takes
-/// them (see `fentry`): the kprobes are unloaded and stand by. Otherwise the kprobes count,
-/// and a note says why.
+const SWITCHES: [Switch; 2] = [
+    Switch {
+        bit: FENTRY_PACKETS,
+        what: "rxe packets counted",
+        programs: &[(XMIT, "rxe_xmit", &[0]), (RECV, "rxe_recv", &[1, 2])],
+    },
+    Switch {
+        bit: FENTRY_CQ_POST,
+        what: "rxe completions checked",
+        programs: &[(CQ_POST, "rxe_cq_post", &[3])],
+    },
+];
+
+impl Switch {
+    fn kprobes(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.programs.iter().map(|(_, k, _)| *k)
+    }
+
+    /// Loads and attaches each program of the switch for each of its functions; why not, when
+    /// any part is refused (nothing of it stays attached then).
+    fn attach(
+        &self,
+        progs: &mut HashMap<String, (Vec<bpf_insn>, CString)>,
+        btf: &OwnedFd,
+        cfg: &ProbeConfig,
+        phases: &mut Phases,
+    ) -> Result<Vec<OwnedFd>, String> {
+        let mut fds = Vec::new();
+        for &(name, _, functions) in self.programs {
+            let (insns, license) = progs
+                .get_mut(name)
+                .ok_or_else(|| format!("program {name} missing"))?;
+            let values = offsets(cfg, name).map_err(|e| format!("{name}: {e}"))?;
+            set_offsets(insns, &values).map_err(|e| format!("{name}: {e}"))?;
+            for &i in functions {
+                let prog = load(name, insns, license, btf, cfg.rxe_fentry_ids[i])?;
+                phases.mark("rxe fentry: programs verified");
+                let link = attach_one(&prog).map_err(|e| format!("attaching {name}: {e}"))?;
+                phases.mark("rxe fentry: programs attached");
+                fds.push(prog);
+                fds.push(link);
+            }
+        }
+        Ok(fds)
+    }
+}
+
+/// The rxe fentry programs in place of their kprobes, where the kernel takes them (see
+/// [`Switch`]; the kprobes are unloaded and stand by, and the config's `rxe_fentry` says
+/// which). Otherwise the kprobes count, and a note says why.
 pub(super) fn replace_kprobes(
     obj: Result<aya_obj::Object, String>,
     ebpf: &mut Ebpf,
@@ -330,43 +369,73 @@ pub(super) fn replace_kprobes(
     cfg: &mut ProbeConfig,
     phases: &mut Phases,
 ) -> Option<FentryLinks> {
-    let kprobes = ["rxe_xmit", "rxe_recv"];
-    let on = |r: &AttachReport, p: &str| r.attached().any(|s| s.spec.program == p);
-    if !kprobes.iter().all(|p| on(report, p))
-        || cfg
-            .rxe_fentry_ids
-            .contains(&rdmatrace_common::limits::UNRESOLVED)
-    {
+    let on = |p: &str| report.attached().any(|s| s.spec.program == p);
+    let wanted: Vec<&Switch> = SWITCHES
+        .iter()
+        .filter(|s| {
+            s.kprobes().all(on)
+                && s.programs.iter().all(|(_, _, functions)| {
+                    functions
+                        .iter()
+                        .all(|&i| cfg.rxe_fentry_ids[i] != UNRESOLVED)
+                })
+        })
+        .collect();
+    if wanted.is_empty() {
         return None;
     }
-    let attached = match obj.and_then(|obj| attach(obj, ebpf, cfg, phases)) {
-        Ok(l) => l,
+    let names: Vec<&str> = wanted
+        .iter()
+        .flat_map(|s| s.programs.iter().map(|(n, _, _)| *n))
+        .collect();
+    let prepared = obj.and_then(|obj| {
+        let progs = instructions(obj, ebpf, &names)?;
+        phases.mark("rxe fentry: maps bound (object read again beside the load)");
+        let btf = module_btf(MODULE)?;
+        phases.mark("rxe fentry: module BTF found");
+        Ok((progs, btf))
+    });
+    let (mut progs, btf) = match prepared {
+        Ok(p) => p,
         Err(why) => {
-            report.notes.push(format!(
-                "rxe packets counted by kprobes (fentry refused: {why})"
-            ));
+            for s in wanted {
+                report
+                    .notes
+                    .push(format!("{} by kprobes (fentry refused: {why})", s.what));
+            }
             return None;
         }
     };
-    cfg.rxe_fentry = 1;
+    let mut fds = Vec::new();
+    let mut replaced: Vec<(&str, &str)> = Vec::new();
+    for s in wanted {
+        match s.attach(&mut progs, &btf, cfg, phases) {
+            Ok(f) => {
+                fds.extend(f);
+                cfg.rxe_fentry |= s.bit;
+                replaced.extend(s.programs.iter().map(|(n, k, _)| (*k, *n)));
+            }
+            Err(why) => report
+                .notes
+                .push(format!("{} by kprobes (fentry refused: {why})", s.what)),
+        }
+    }
+    if fds.is_empty() {
+        return None;
+    }
+    let kprobes: Vec<&str> = replaced.iter().map(|(k, _)| *k).collect();
     // Unregistering a kprobe waits for the kernel's grace periods (a quarter of a second for
-    // these three in the TCG lab): their links are closed beside the start-up, and until then
-    // the kprobes count nothing (`rxe_fentry` in the config).
+    // three in the TCG lab): their links are closed beside the start-up, and until then the
+    // kprobes count nothing (`rxe_fentry` in the config).
     let detached: Vec<_> = kprobes.iter().flat_map(|p| links.take_program(p)).collect();
     let _ = std::thread::Builder::new()
         .name("rdmatrace-detach".into())
         .spawn(move || drop(detached));
     super::pass::unload_programs(ebpf, links, &kprobes);
     let mut added = Vec::new();
-    for status in report
-        .probes
-        .iter_mut()
-        .filter(|p| kprobes.contains(&p.spec.program))
-    {
-        let program = if status.spec.program == "rxe_xmit" {
-            XMIT
-        } else {
-            RECV
+    for status in report.probes.iter_mut() {
+        let Some(&(_, program)) = replaced.iter().find(|(k, _)| *k == status.spec.program) else {
+            continue;
         };
         status.state = ProbeState::Standby(format!("fentry {program} counts in its place"));
         added.push(ProbeStatus {
@@ -380,7 +449,7 @@ pub(super) fn replace_kprobes(
         });
     }
     report.probes.extend(added);
-    Some(attached)
+    Some(FentryLinks { _fds: fds })
 }
 
 #[cfg(test)]
@@ -418,10 +487,17 @@ mod tests {
             cfg.rcv_arg_skb,
         ) = (0, 2, 0, 1);
         (cfg.rxe_qp_ibqp, cfg.qp_qp_num, cfg.skb_len) = (0, 240, 112);
-        for name in [XMIT, RECV] {
+        (cfg.cq_post_arg_cqe, cfg.wc_status, cfg.uwc_status) = (1, 44, 44);
+        for (name, wanted, at) in [
+            (XMIT, patch::PACKET, [16, 112]),
+            (RECV, patch::PACKET, [8, 112]),
+            (CQ_POST, patch::CQ_POST, [8, 44]),
+        ] {
             let mut insns = code(name);
             // LLVM kept each placeholder as the offset of a load (not folded into an address).
-            assert_eq!(placeholders(&insns), patch::ALL, "{name}");
+            let mut wanted = wanted.to_vec();
+            wanted.sort();
+            assert_eq!(placeholders(&insns), wanted, "{name}");
             let values = offsets(&cfg, name).expect("all resolved");
             set_offsets(&mut insns, &values).expect("every placeholder found");
             assert!(
@@ -433,15 +509,18 @@ mod tests {
                 .filter(|i| i.code & 0x07 == BPF_LDX)
                 .map(|i| i.off)
                 .collect();
-            let skb = if name == XMIT { 16 } else { 8 };
-            for off in [skb, 112] {
+            for off in at {
                 assert!(offs.contains(&off), "{name}: no load at {off}");
             }
         }
-        // A program without the placeholders (a kprobe) is refused, as is an unresolved offset.
+        // A program without the placeholders (a kprobe) is refused, as is an unresolved offset
+        // or a status at two offsets.
         assert!(set_offsets(&mut code("rxe_xmit"), &offsets(&cfg, XMIT).unwrap()).is_err());
+        assert!(set_offsets(&mut code("rxe_cq_post"), &offsets(&cfg, CQ_POST).unwrap()).is_err());
         cfg.skb_len = UNRESOLVED;
-        assert!(offsets(&cfg, XMIT).is_none());
+        assert!(offsets(&cfg, XMIT).is_err());
+        cfg.uwc_status = 48;
+        assert!(offsets(&cfg, CQ_POST).is_err());
         assert!(set_offsets(&mut code(XMIT), &[(patch::SKB_LEN, 1 << 16)]).is_err());
     }
 }

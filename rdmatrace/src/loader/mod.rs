@@ -188,7 +188,7 @@ pub struct Tracer {
     /// The per-QP traffic slots, mapped (taken by the sampler); `None` when the programs do
     /// not use them (see `ProbeConfig::qp_slots`).
     pub slots: Option<slots::QpSlots>,
-    /// The rxe per-packet fentry programs, when they count in place of the kprobes.
+    /// The rxe fentry programs, when they count in place of the kprobes.
     _fentry: Option<fentry::FentryLinks>,
 }
 
@@ -298,7 +298,8 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     // is written, below) while this one reads BTF and resolves every area's offsets.
     // A third one opens (arms) the kprobes from the start (see `pass::open_kprobes`).
     // The object read again for the rxe fentry programs (see `fentry`), beside the rest.
-    let rxe = wanted.iter().any(|a| a.name == "rxe") && opts.btf_dir.join("rdma_rxe").exists();
+    let rxe = wanted.iter().any(|a| ["rxe", "rxe_wc"].contains(&a.name))
+        && opts.btf_dir.join("rdma_rxe").exists();
     let fentry_obj = rxe
         .then(|| {
             std::thread::Builder::new()
