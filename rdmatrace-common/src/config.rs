@@ -188,15 +188,18 @@ pub struct ProbeConfig {
     /// QP destroy probe, which frees a QP's slot, is attached. Zero: every packet goes through
     /// the `QP_TRAFFIC` hash, as before the slots.
     pub qp_slots: u32,
-    /// Which rxe kprobes the fentry programs count in place of ([`FENTRY_PACKETS`]: `rxe_xmit`
-    /// and `rxe_recv` by `rxe_xmit_f` and `rxe_recv_f`; [`FENTRY_CQ_POST`]: `rxe_cq_post` by
-    /// `rxe_cq_post_f`): a kprobe whose bit is set counts nothing (it is detached too); a
-    /// fentry program whose bit is clear counts nothing.
-    pub rxe_fentry: u32,
-    /// BTF ids, in `rdma_rxe`'s BTF (split over vmlinux's), of `rxe_xmit_packet`,
-    /// `rxe_resp_queue_pkt`, `rxe_comp_queue_pkt` and `rxe_cq_post`: what the fentry programs
-    /// attach to. Read by user space only.
-    pub rxe_fentry_ids: [u32; 4],
+    /// Which kprobes and raw tracepoints the BTF-typed programs (fentry, tp_btf) run in place
+    /// of: [`TYPED_RXE_PACKETS`] (`rxe_xmit`, `rxe_recv` by `rxe_xmit_f`, `rxe_recv_f`),
+    /// [`TYPED_RXE_CQ_POST`] (`rxe_cq_post` by `rxe_cq_post_f`), [`TYPED_SOCK`]
+    /// (`tcp_send_bytes`, `tcp_recv_bytes` by `tcp_send_btf`, `tcp_recv_btf`). A program
+    /// replaced by its typed twin counts nothing (it is detached too); a typed program whose
+    /// bit is clear counts nothing.
+    pub typed: u32,
+    /// BTF ids of what the typed programs attach to: in `rdma_rxe`'s BTF (split over
+    /// vmlinux's) the functions `rxe_xmit_packet`, `rxe_resp_queue_pkt`, `rxe_comp_queue_pkt`,
+    /// `rxe_cq_post`; in vmlinux's the typedefs `btf_trace_sock_send_length`,
+    /// `btf_trace_sock_recv_length`. Read by user space only.
+    pub typed_ids: [u32; 6],
     /// Non-zero once user space has written this config. The programs are attached while the
     /// offsets are still being resolved (start-up runs both at once); until then the map holds
     /// zeros and every program returns at once, emitting nothing.
@@ -205,12 +208,14 @@ pub struct ProbeConfig {
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 59 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 61 * 4);
 
-/// [`ProbeConfig::rxe_fentry`]: the rxe packets are counted by the fentry programs.
-pub const FENTRY_PACKETS: u32 = 1;
-/// [`ProbeConfig::rxe_fentry`]: the rxe completions are checked by the fentry program.
-pub const FENTRY_CQ_POST: u32 = 2;
+/// [`ProbeConfig::typed`]: the rxe packets are counted by the fentry programs.
+pub const TYPED_RXE_PACKETS: u32 = 1;
+/// [`ProbeConfig::typed`]: the rxe completions are checked by the fentry program.
+pub const TYPED_RXE_CQ_POST: u32 = 2;
+/// [`ProbeConfig::typed`]: socket sends and receives are counted by the tp_btf programs.
+pub const TYPED_SOCK: u32 = 4;
 
 #[cfg(feature = "user")]
 // SAFETY: #[repr(C)], only u32 fields, no implicit padding.
@@ -337,8 +342,8 @@ impl ProbeConfig {
             mnt_ns_inum: U,
             own_mnt_ns: 0,
             qp_slots: 0,
-            rxe_fentry: 0,
-            rxe_fentry_ids: [U; 4],
+            typed: 0,
+            typed_ids: [U; 6],
             ready: 1,
         }
     }

@@ -12,6 +12,7 @@ mod maps;
 mod probes;
 mod read;
 mod regs;
+mod typed;
 mod zero;
 
 #[cfg(not(test))]

@@ -75,10 +75,11 @@ def main():
             if hook:
                 add(hook, link.get("prog_id"))
             continue
-        # fentry links: bpftool 7.1 shows neither their owner nor their function; doctor names
+        # fentry (and tp_btf) links: bpftool 7.1 may show neither their owner nor their function; doctor names
         # the program (only the tool whose doctor output is given has programs of those names).
         prog_name = progs.get(link.get("prog_id"), {}).get("name")
-        if link.get("type") == "tracing" and not link.get("pids") and named.get(prog_name):
+        if link.get("type") in ("tracing", "raw_tracepoint") and not link.get("pids") \
+                and named.get(prog_name):
             add(named[prog_name], link.get("prog_id"))
             continue
         if pid not in [p.get("pid") for p in link.get("pids", [])]:

@@ -5,7 +5,7 @@
 
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 use rdmatrace_common::{
-    config::{ProbeConfig, FENTRY_CQ_POST},
+    config::{ProbeConfig, TYPED_RXE_CQ_POST},
     event::{CqNotify, EventKind, WcErrorEvent},
     limits::UNRESOLVED,
 };
@@ -84,7 +84,7 @@ pub fn rxe_cq_post(ctx: ProbeContext) -> u32 {
 fn try_rxe_cq_post(ctx: &ProbeContext) -> Option<u32> {
     let cfg = config()?;
     // Checked by the fentry program instead (and this kprobe detached).
-    if cfg.rxe_fentry & FENTRY_CQ_POST != 0 {
+    if cfg.typed & TYPED_RXE_CQ_POST != 0 {
         return None;
     }
     let rcq = arg(ctx, cfg.cq_post_arg_cq);

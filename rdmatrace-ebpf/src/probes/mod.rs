@@ -11,5 +11,6 @@ pub mod rxe;
 pub mod rxe_fentry;
 pub mod sched;
 pub mod tcp;
+pub mod tcp_typed;
 pub mod umem;
 pub mod verbs;

@@ -5,7 +5,7 @@
 
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 use rdmatrace_common::{
-    config::{ProbeConfig, FENTRY_PACKETS},
+    config::{ProbeConfig, TYPED_RXE_PACKETS},
     event::{qp_slot, reason, transport, EventKind, QpTraffic, RetransmitEvent, SLOT_FREED},
     limits::{QP_SLOTS as QP_SLOT_COUNT, UNRESOLVED},
 };
@@ -90,7 +90,7 @@ pub fn rxe_mr_access(ctx: ProbeContext) -> u32 {
 #[inline(always)]
 fn count(cfg: &ProbeConfig, qp: u64, skb: u64, tx: bool) -> Option<u32> {
     // Counted by the fentry programs instead (and these kprobes detached).
-    if qp == 0 || cfg.rxe_qp_ibqp == UNRESOLVED || cfg.rxe_fentry & FENTRY_PACKETS != 0 {
+    if qp == 0 || cfg.rxe_qp_ibqp == UNRESOLVED || cfg.typed & TYPED_RXE_PACKETS != 0 {
         return None;
     }
     let len = u64::from(read::field::<u32>(skb, cfg.skb_len).unwrap_or(0));

@@ -14,13 +14,14 @@ use aya_ebpf::{
     helpers::generated::bpf_get_func_arg, macros::fentry, programs::FEntryContext, EbpfContext as _,
 };
 use rdmatrace_common::{
-    config::{ProbeConfig, FENTRY_CQ_POST, FENTRY_PACKETS},
+    config::{ProbeConfig, TYPED_RXE_CQ_POST, TYPED_RXE_PACKETS},
     patch,
 };
 
 use crate::{
     emit::config,
     probes::{cq::wc_error, rxe::add_traffic},
+    typed::load,
 };
 
 /// `rxe_xmit_packet(qp, pkt, skb)`: every packet a QP sends.
@@ -42,7 +43,7 @@ pub fn rxe_recv_f(ctx: FEntryContext) -> u32 {
 
 #[inline(always)]
 fn count(ctx: &FEntryContext, cfg: &ProbeConfig, qp_arg: u32, tx: bool) -> Option<u32> {
-    if cfg.rxe_fentry & FENTRY_PACKETS == 0 {
+    if cfg.typed & TYPED_RXE_PACKETS == 0 {
         return None;
     }
     let args = ctx.as_ptr().cast::<u8>();
@@ -74,7 +75,7 @@ pub fn rxe_cq_post_f(ctx: FEntryContext) -> u32 {
 
 #[inline(always)]
 fn cq_post(ctx: &FEntryContext, cfg: &ProbeConfig) -> Option<u32> {
-    if cfg.rxe_fentry & FENTRY_CQ_POST == 0 {
+    if cfg.typed & TYPED_RXE_CQ_POST == 0 {
         return None;
     }
     let args = ctx.as_ptr().cast::<u8>();
@@ -100,14 +101,4 @@ fn cq_post(ctx: &FEntryContext, cfg: &ProbeConfig) -> Option<u32> {
         return None;
     }
     wc_error(cfg, cq, cqe)
-}
-
-/// A load at `base + off`, `off` a placeholder of `patch`: one `BPF_LDX` with that offset.
-///
-/// # Safety
-/// Only as the verifier allows, after user space has set the offset.
-#[inline(always)]
-unsafe fn load<T: Copy>(base: *const u8, off: i16) -> T {
-    // SAFETY: the caller's.
-    unsafe { core::ptr::read_volatile(base.offset(off as isize).cast::<T>()) }
 }

@@ -24,8 +24,8 @@ use crate::{
     zero::{comm_into, copy_words, Slot},
 };
 
-const AF_INET: u16 = 2;
-const AF_INET6: u16 = 10;
+pub const AF_INET: u16 = 2;
+pub const AF_INET6: u16 = 10;
 const TCP_SYN_SENT: i32 = 2;
 const TCP_CLOSE: i32 = 7;
 const TCP_LISTEN: i32 = 10;
@@ -161,7 +161,7 @@ fn try_tcp_retransmit(ctx: &RawTracePointContext) -> Option<u32> {
     Some(0)
 }
 
-const IPPROTO_TCP: u16 = 6;
+pub const IPPROTO_TCP: u16 = 6;
 
 /// `sock_send_length(sk, ret, flags)` / `sock_recv_length(sk, ret, flags)`: every socket
 /// send/recv in the caller's context; TCP ones are summed per process.
@@ -251,19 +251,37 @@ fn add_bytes(
     if known {
         key.family = family;
     }
-    if TCP_BYTES.get_ptr_mut(&*key).is_none() {
-        let mut slot = Slot::<TcpBytes>::new();
-        // SAFETY: as above.
-        let fresh = unsafe { slot.zeroed() };
-        comm_into(&mut fresh.comm);
+    let keyed = key.family;
+    let v = totals(key, |fresh| {
         // Read again rather than copied from the key: an array copy costs a byte-wise memcpy.
-        if key.family != 0 && peer_addr(cfg, sk, family, &mut fresh.daddr) {
+        if keyed != 0 && peer_addr(cfg, sk, family, &mut fresh.daddr) {
             fresh.family = family;
         }
-        // Another CPU's entry for the same key, made meanwhile, is kept (its counts with it).
-        let _ = TCP_BYTES.insert(&*key, fresh, NOEXIST);
+    })?;
+    add_to(v, bytes, tx);
+    Some(0)
+}
+
+/// The totals of `key` in `TCP_BYTES`: one lookup when they exist; otherwise made (the
+/// process's name set, then `fill`) and looked up again. Another CPU's entry for the same key,
+/// made meanwhile, is kept (its counts with it).
+#[inline(always)]
+pub fn totals(key: &TcpPeerKey, fill: impl FnOnce(&mut TcpBytes)) -> Option<*mut TcpBytes> {
+    if let Some(v) = TCP_BYTES.get_ptr_mut(key) {
+        return Some(v);
     }
-    let v = TCP_BYTES.get_ptr_mut(&*key)?;
+    let mut slot = Slot::<TcpBytes>::new();
+    // SAFETY: all-zero is a valid value of this integer-only struct.
+    let fresh = unsafe { slot.zeroed() };
+    comm_into(&mut fresh.comm);
+    fill(fresh);
+    let _ = TCP_BYTES.insert(key, fresh, NOEXIST);
+    TCP_BYTES.get_ptr_mut(key)
+}
+
+/// Adds one call of `bytes` to the totals `v` (a live `TCP_BYTES` value).
+#[inline(always)]
+pub fn add_to(v: *mut TcpBytes, bytes: u64, tx: bool) {
     // SAFETY: fields of a live map value; other CPUs add to them too, atomically.
     unsafe {
         if tx {
@@ -274,7 +292,6 @@ fn add_bytes(
             add(&raw mut (*v).rx_calls, 1);
         }
     }
-    Some(0)
 }
 
 #[raw_tracepoint(tracepoint = "sock_send_length")]

@@ -65,6 +65,7 @@ impl Types {
             match self.btf.resolve_type_by_id(id) {
                 Ok(Type::Struct(s) | Type::Union(s)) => named(&s),
                 Ok(Type::Func(f)) => named(&f),
+                Ok(Type::Typedef(t)) => named(&t),
                 _ => false,
             }
         }));
@@ -307,6 +308,16 @@ pub fn module_func_id(btf: &Types, func: &str) -> Result<u32, BtfError> {
         .ok_or_else(|| BtfError::NoType(func.to_string()))
 }
 
+/// The BTF id of the typedef `btf_trace_<tracepoint>` of `btf` (vmlinux): what a tp_btf
+/// program on that tracepoint attaches to.
+pub fn tracepoint_id(btf: &Types, tracepoint: &str) -> Result<u32, BtfError> {
+    let name = format!("btf_trace_{tracepoint}");
+    btf.ids_named(&name)
+        .into_iter()
+        .find(|&id| matches!(btf.resolve_type_by_id(id), Ok(Type::Typedef(_))))
+        .ok_or(BtfError::NoType(name))
+}
+
 /// 0-based position of the first parameter of `func` whose name is one of `names`.
 pub fn param_index(btf: &Types, func: &str, names: &[&str]) -> Result<u32, BtfError> {
     for ty in btf.named(func) {
@@ -372,6 +383,24 @@ mod tests {
             assert!(!ids.is_empty(), "{name}");
             assert_eq!(ids, all, "{name}");
         }
+        // A tracepoint's typedef (for tp_btf), as the library finds it.
+        let typedef = |&id: &u32| {
+            matches!(
+                kbtf.vmlinux.btf.resolve_type_by_id(id),
+                Ok(Type::Typedef(_))
+            )
+        };
+        for tp in ["sched_process_exec", "sock_send_length"] {
+            let lib = kbtf
+                .vmlinux
+                .btf
+                .resolve_ids_by_name(&format!("btf_trace_{tp}"))
+                .unwrap_or_default()
+                .into_iter()
+                .find(typedef);
+            assert_eq!(tracepoint_id(&kbtf.vmlinux, tp).ok(), lib, "{tp}");
+        }
+        assert!(tracepoint_id(&kbtf.vmlinux, "sched_process_exec").is_ok());
         let mapped = resolve_all(kbtf);
         let parsed = resolve_all(KernelBtf::open_parsed(dir).expect("parsed BTF"));
         assert_eq!(mapped, parsed);

@@ -1,4 +1,5 @@
-//! A name index of a raw BTF blob's structs, unions and functions, built in one pass over its
+//! A name index of a raw BTF blob's structs, unions, functions and tracepoint typedefs
+//! (`btf_trace_*`, what a tp_btf program attaches to), built in one pass over its
 //! type section (the layout of the kernel's Documentation/bpf/btf.rst), so that a name is found
 //! without scanning every type again. It holds hashes, not names (no allocation per type): a
 //! lookup gives candidates, which the caller checks by name. Only the blob's own byte order is
@@ -10,9 +11,13 @@ use std::hash::Hasher;
 const MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_TYPEDEF: u32 = 8;
 const KIND_FUNC: u32 = 12;
+/// The typedefs indexed: the kernel's tracepoints', one per tracepoint.
+const TRACE_TYPEDEF: &[u8] = b"btf_trace_";
 
-/// (hash of the name, type id) of every named struct, union and function, sorted.
+/// (hash of the name, type id) of every named struct, union and function, and of every
+/// tracepoint typedef, sorted.
 pub(super) struct Names(Vec<(u64, u32)>);
 
 fn hash(name: &[u8]) -> u64 {
@@ -66,9 +71,12 @@ pub(super) fn index(b: &[u8]) -> Option<Names> {
         let info = u32_at(types, at + 4)?;
         let kind = (info >> 24) & 0x1f;
         let vlen = (info & 0xffff) as usize;
-        if matches!(kind, KIND_STRUCT | KIND_UNION | KIND_FUNC) && name_off != 0 {
+        if matches!(kind, KIND_STRUCT | KIND_UNION | KIND_FUNC | KIND_TYPEDEF) && name_off != 0 {
             let tail = strings.get(name_off..)?;
-            names.push((hash(&tail[..tail.iter().position(|&c| c == 0)?]), id));
+            let name = &tail[..tail.iter().position(|&c| c == 0)?];
+            if kind != KIND_TYPEDEF || name.starts_with(TRACE_TYPEDEF) {
+                names.push((hash(name), id));
+            }
         }
         at += 12 + trailing(kind, vlen)?;
         id += 1;

@@ -58,7 +58,7 @@ fn resolve_rxe(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String
     cfg.cq_post_arg_cqe = param_index(btf, "rxe_cq_post", &["cqe"])?;
     // For the fentry program (tried after the load; the kprobe stays when it is missing).
     if let Ok(id) = module_func_id(btf, "rxe_cq_post") {
-        cfg.rxe_fentry_ids[3] = id;
+        cfg.typed_ids[3] = id;
     }
     Ok(notes)
 }

@@ -37,8 +37,12 @@ pub enum Hook {
     /// options).
     PerfCpuClock,
     /// fentry on a module's function (BTF trampoline): loaded and attached by
-    /// `loader::fentry` in place of kprobes, after the attach pass; never in an area's list.
+    /// `loader::typed` in place of kprobes, after the attach pass; never in an area's list.
     Fentry,
+    /// tp_btf on a kernel tracepoint (BTF-typed raw tracepoint): loaded and attached by
+    /// `loader::typed` in place of raw tracepoints, after the attach pass; never in an area's
+    /// list.
+    TpBtf,
 }
 
 impl Hook {
@@ -57,6 +61,7 @@ impl std::fmt::Display for Hook {
             Hook::Uprobe { .. } => "uprobe",
             Hook::PerfCpuClock => "perf_event",
             Hook::Fentry => "fentry",
+            Hook::TpBtf => "tp_btf",
         })
     }
 }

@@ -85,7 +85,7 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
     ]
     .map(|f| module_func_id(btf, f));
     if let [Ok(a), Ok(b), Ok(c)] = ids {
-        cfg.rxe_fentry_ids[..3].copy_from_slice(&[a, b, c]);
+        cfg.typed_ids[..3].copy_from_slice(&[a, b, c]);
     }
     cfg.skb_len = offset_of(kbtf.vmlinux(), "sk_buff", "len")?;
     Ok(notes)

@@ -3,7 +3,7 @@
 use rdmatrace_common::config::ProbeConfig;
 
 use super::{Area, Hook, ProbeSpec, Role};
-use crate::btf::{offset_of, BtfError, KernelBtf};
+use crate::btf::{offset_of, tracepoint_id, BtfError, KernelBtf};
 
 pub const AREA: Area = Area {
     name: "tcp",
@@ -90,6 +90,14 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
             Ok(off) => *field = off + common,
             Err(e) => notes.push(format!("IPv6 addresses: {e}")),
         }
+    }
+    // For the tp_btf programs (tried after the load; the raw tracepoints stay without them).
+    if let (Ok(send), Ok(recv)) = (
+        tracepoint_id(btf, "sock_send_length"),
+        tracepoint_id(btf, "sock_recv_length"),
+    ) {
+        cfg.typed_ids[4] = send;
+        cfg.typed_ids[5] = recv;
     }
     for off in [
         &mut cfg.sk_family,

@@ -81,12 +81,12 @@ pub(super) fn attach_one(
             let fd = p.fd().map_err(program_error)?;
             let link = plink::link(fd.as_fd(), perf, 0)
                 .map_err(|e| format!("cannot attach to {}: {e}", spec.target))?;
-            links.links.push((spec.program, link));
+            links.links.push((spec.program, link.into()));
         }
         Hook::RawTracepoint => {
             verify::load(prog, spec)?;
             let p: &mut RawTracePoint = prog.try_into().map_err(program_error)?;
-            p.attach(spec.target).map_err(|e| {
+            let id = p.attach(spec.target).map_err(|e| {
                 let absent = tracepoint_missing(&e);
                 Failed {
                     absent,
@@ -101,6 +101,9 @@ pub(super) fn attach_one(
                     },
                 }
             })?;
+            // Held with the others, so that it can be detached apart from its program.
+            let link = p.take_link(id).map_err(program_error)?;
+            links.links.push((spec.program, plink::Held::RawTp(link)));
         }
         Hook::Uprobe { lib, cookie } => {
             let path = uprobe::find_library(lib, lib_dirs).map_err(|e| e.to_string())?;
@@ -140,7 +143,9 @@ pub(super) fn attach_one(
                 })?;
             }
         }
-        Hook::Fentry => return Err("attached by the fentry loader, not the attach pass".into()),
+        Hook::Fentry | Hook::TpBtf => {
+            return Err("attached by the typed-program loader, not the attach pass".into())
+        }
     }
     Ok(())
 }

@@ -5,13 +5,14 @@
 
 use crate::btf;
 mod attach;
+mod btfprog;
 pub mod copies;
-pub mod fentry;
 pub mod memory;
 mod pass;
 mod plink;
 mod resolve;
 pub mod slots;
+pub mod typed;
 pub mod uprobe;
 mod verify;
 
@@ -188,8 +189,8 @@ pub struct Tracer {
     /// The per-QP traffic slots, mapped (taken by the sampler); `None` when the programs do
     /// not use them (see `ProbeConfig::qp_slots`).
     pub slots: Option<slots::QpSlots>,
-    /// The rxe fentry programs, when they count in place of the kprobes.
-    _fentry: Option<fentry::FentryLinks>,
+    /// The typed programs, when they count in place of the ones they replace.
+    _typed: Option<typed::TypedLinks>,
 }
 
 /// True when the kernel can create kprobe perf events at all.
@@ -297,14 +298,13 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     // `the_probes_need_no_kernel_btf_to_load`; and the programs emit nothing until their config
     // is written, below) while this one reads BTF and resolves every area's offsets.
     // A third one opens (arms) the kprobes from the start (see `pass::open_kprobes`).
-    // The object read again for the rxe fentry programs (see `fentry`), beside the rest.
-    let rxe = wanted.iter().any(|a| ["rxe", "rxe_wc"].contains(&a.name))
-        && opts.btf_dir.join("rdma_rxe").exists();
-    let fentry_obj = rxe
+    // The object read again for the typed programs (see `typed`), beside the rest.
+    let names: Vec<&str> = wanted.iter().map(|a| a.name).collect();
+    let typed_obj = typed::wanted(&names, &opts.btf_dir)
         .then(|| {
             std::thread::Builder::new()
-                .name("rdmatrace-fentry".into())
-                .spawn(|| fentry::parse(PROBES_OBJ))
+                .name("rdmatrace-typed".into())
+                .spawn(|| btfprog::parse(PROBES_OBJ))
                 .ok()
         })
         .flatten();
@@ -348,11 +348,11 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
     let slots = slots::for_programs(&ebpf, &mut report);
     cfg.qp_slots = u32::from(slots.is_some());
-    let fentry = fentry_obj.and_then(|t| {
+    let typed = typed_obj.and_then(|t| {
         let obj = t
             .join()
             .unwrap_or_else(|_| Err("the thread reading the object failed".into()));
-        fentry::replace_kprobes(
+        typed::replace(
             obj,
             &mut ebpf,
             &mut links,
@@ -378,7 +378,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         report,
         links,
         slots,
-        _fentry: fentry,
+        _typed: typed,
     })
 }
 

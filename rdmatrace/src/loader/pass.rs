@@ -106,7 +106,7 @@ pub(super) fn attach_areas(
                     Hook::RawTracepoint => "(beside it) tracepoints verified and attached",
                     Hook::Uprobe { .. } => "(beside it) uprobes verified and attached",
                     Hook::PerfCpuClock => "(beside it) perf events opened",
-                    Hook::Fentry => "(beside it) fentry programs attached",
+                    Hook::Fentry | Hook::TpBtf => "(beside it) typed programs attached",
                 });
                 // Whether a where-present function is missing is asked of /proc/kallsyms
                 // (megabytes) only when the kernel could have made the kprobe at all: on one

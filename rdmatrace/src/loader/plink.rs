@@ -167,12 +167,27 @@ pub(super) fn link(prog: BorrowedFd<'_>, perf: OwnedFd, cookie: u64) -> Result<O
     Ok(perf)
 }
 
+/// One link, detached when dropped.
+#[expect(dead_code, reason = "held only to be dropped")]
+pub(crate) enum Held {
+    /// A perf event with its program (kprobes, uprobes).
+    Fd(OwnedFd),
+    /// A raw tracepoint's, taken out of its program.
+    RawTp(aya::programs::raw_trace_point::RawTracePointLink),
+}
+
+impl From<OwnedFd> for Held {
+    fn from(fd: OwnedFd) -> Held {
+        Held::Fd(fd)
+    }
+}
+
 /// The links made here, by program (they detach when dropped), and the symbol tables of the
 /// libraries uprobes went into (each read once).
 #[derive(Default)]
 pub(crate) struct Links {
     pub(super) libs: super::resolve::LibSymbols,
-    pub(super) links: Vec<(&'static str, OwnedFd)>,
+    pub(super) links: Vec<(&'static str, Held)>,
 }
 
 impl Links {
@@ -182,7 +197,7 @@ impl Links {
     }
 
     /// Takes the links of `program` out, for the caller to drop (detach) when it suits.
-    pub(super) fn take_program(&mut self, program: &str) -> Vec<OwnedFd> {
+    pub(super) fn take_program(&mut self, program: &str) -> Vec<Held> {
         let (taken, kept) = std::mem::take(&mut self.links)
             .into_iter()
             .partition(|(p, _)| *p == program);

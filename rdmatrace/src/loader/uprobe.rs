@@ -236,7 +236,7 @@ pub(super) fn link(
     let fd = p.fd().map_err(super::program_error)?;
     let link = plink::link(std::os::fd::AsFd::as_fd(fd), perf, cookie)
         .map_err(|e| format!("cannot attach to {}:{symbol}: {e}", path.display()))?;
-    links.links.push((name, link));
+    links.links.push((name, link.into()));
     Ok(())
 }
 

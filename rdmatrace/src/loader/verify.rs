@@ -36,7 +36,7 @@ fn wanted(areas: &[&Area], lib_dirs: &[PathBuf]) -> Vec<ProbeSpec> {
             Hook::Kprobe | Hook::Kretprobe => kprobes,
             Hook::RawTracepoint => true,
             Hook::Uprobe { lib, .. } => uprobe::find_library(lib, lib_dirs).is_ok(),
-            Hook::PerfCpuClock | Hook::Fentry => false,
+            Hook::PerfCpuClock | Hook::Fentry | Hook::TpBtf => false,
         };
         if usable {
             found.push(*spec);
@@ -156,7 +156,7 @@ pub(super) fn load(prog: &mut Program, spec: &ProbeSpec) -> Result<(), String> {
             let p: &mut RawTracePoint = prog.try_into().map_err(program_error)?;
             p.load()
         }
-        Hook::PerfCpuClock | Hook::Fentry => return Ok(()),
+        Hook::PerfCpuClock | Hook::Fentry | Hook::TpBtf => return Ok(()),
     };
     match r {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(()),

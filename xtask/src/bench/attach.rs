@@ -79,17 +79,20 @@ pub fn phases(items: &[serde_json::Value]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The functions rdmatrace's fentry programs were attached to (`doctor --json`'s `probe
-/// AREA/PROGRAM (fentry TARGET)` items marked attached), sorted.
-pub fn fentry_targets(items: &[serde_json::Value]) -> Vec<String> {
-    let mut t: Vec<String> = items
+/// Where rdmatrace's typed programs were attached (`doctor --json`'s `probe AREA/PROGRAM
+/// (KIND TARGET)` items marked attached, KIND `fentry` or `tp_btf`): (kind, target), sorted.
+pub fn typed_targets(items: &[serde_json::Value]) -> Vec<(String, String)> {
+    let mut t: Vec<(String, String)> = items
         .iter()
         .filter(|i| i["detail"].as_str() == Some("attached"))
         .filter_map(|i| {
             let item = i["item"].as_str()?;
             let rest = item.strip_prefix("probe ")?;
-            let (_, kind) = rest.split_once(" (fentry ")?;
-            Some(kind.trim_end_matches(')').to_string())
+            let (_, hook) = rest.split_once(" (")?;
+            let (kind, target) = hook.trim_end_matches(')').split_once(' ')?;
+            ["fentry", "tp_btf"]
+                .contains(&kind)
+                .then(|| (kind.to_string(), target.to_string()))
         })
         .collect();
     t.sort();
@@ -225,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fentry_targets_are_the_attached_fentry_probes() {
+    fn the_typed_targets_are_the_attached_fentry_and_tp_btf_probes() {
         let items: Vec<serde_json::Value> = [
             ("probe rxe/rxe_xmit_f (fentry rxe_xmit_packet)", "attached"),
             (
@@ -248,17 +251,31 @@ mod tests {
                 "probe rxe/other_f (fentry gone_function)",
                 "off: no such function",
             ),
+            (
+                "probe tcp/tcp_send_btf (tp_btf sock_send_length)",
+                "attached",
+            ),
+            (
+                "probe tcp/tcp_state (raw_tp inet_sock_set_state)",
+                "attached",
+            ),
         ]
         .iter()
         .map(|(i, d)| serde_json::json!({"item": i, "detail": d}))
         .collect();
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, t)| (k.to_string(), t.to_string()))
+                .collect()
+        };
         assert_eq!(
-            fentry_targets(&items),
-            [
-                "rxe_comp_queue_pkt",
-                "rxe_resp_queue_pkt",
-                "rxe_xmit_packet"
-            ]
+            typed_targets(&items),
+            pairs(&[
+                ("fentry", "rxe_comp_queue_pkt"),
+                ("fentry", "rxe_resp_queue_pkt"),
+                ("fentry", "rxe_xmit_packet"),
+                ("tp_btf", "sock_send_length"),
+            ])
         );
     }
 }

@@ -16,9 +16,9 @@ pub struct LabResults {
     raw: BTreeMap<String, BTreeMap<String, BTreeMap<u32, f64>>>,
     /// (phase, duration text) of one `rdmatrace doctor --json` start-up in that boot.
     pub startup: Vec<(String, String)>,
-    /// The functions rdmatrace put fentry programs on in that boot (its other hooks: kprobes,
-    /// raw tracepoints, uprobes).
-    pub fentry: Vec<String>,
+    /// Where rdmatrace put typed programs in that boot: (`fentry` or `tp_btf`, function or
+    /// tracepoint) (its other hooks: kprobes, raw tracepoints, uprobes).
+    pub typed: Vec<(String, String)>,
 }
 
 impl LabResults {
@@ -53,7 +53,7 @@ impl LabResults {
             kernel,
             raw,
             startup: Vec::new(),
-            fentry: Vec::new(),
+            typed: Vec::new(),
         })
     }
 
@@ -104,7 +104,7 @@ pub fn run(rounds: u32) -> anyhow::Result<LabResults> {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
             let items = v["data"].as_array().map_or(&[][..], |a| a);
             results.startup = super::attach::phases(items);
-            results.fentry = super::attach::fentry_targets(items);
+            results.typed = super::attach::typed_targets(items);
         }
     }
     Ok(results)

@@ -85,13 +85,32 @@ pub fn section(s: &mut String, lab: &LabResults) {
          during one extra perftest pass. Targets: every rdmatrace program at or below its \
          bpftrace twin; per-packet hooks within 2× of the floor.\n"
     );
-    if !lab.fentry.is_empty() {
-        let list: Vec<String> = lab.fentry.iter().map(|f| format!("`{f}`")).collect();
+    let on = |kind: &str| -> Vec<String> {
+        lab.typed
+            .iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, t)| format!("`{t}`"))
+            .collect()
+    };
+    let (fentry, tp_btf) = (on("fentry"), on("tp_btf"));
+    let mut typed = Vec::new();
+    if !fentry.is_empty() {
+        typed.push(format!(
+            "on {} fentry programs (bpftrace's and the empty programs there are kprobes)",
+            fentry.join(", ")
+        ));
+    }
+    if !tp_btf.is_empty() {
+        typed.push(format!(
+            "on {} tp_btf programs (bpftrace's and the empty programs there are tracepoints)",
+            tp_btf.join(", ")
+        ));
+    }
+    if !typed.is_empty() {
         let _ = writeln!(
             s,
-            "On {} rdmatrace's programs were fentry programs in this boot (`rdmatrace doctor`); \
-             bpftrace's and the empty programs there are kprobes.\n",
-            list.join(", ")
+            "rdmatrace's programs were, in this boot (`rdmatrace doctor`), {}.\n",
+            typed.join("; ")
         );
     }
     let _ = writeln!(
