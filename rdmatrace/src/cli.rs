@@ -319,6 +319,11 @@ pub struct ProbeArgs {
     /// listed in docs/cli.md; `doctor` shows each probe with its area.
     #[arg(long = "no-probe", value_name = "AREA", value_parser = parse_area)]
     pub no_probe: Vec<String>,
+    /// Kprobes and raw tracepoints only: not their BTF-typed twins (fentry on the rxe
+    /// functions, tp_btf on the socket byte tracepoints), which cost less per event. The
+    /// kernel then does not hold the rdma_rxe module while rdmatrace runs.
+    #[arg(long)]
+    pub no_typed_probes: bool,
 }
 
 impl ProbeArgs {
@@ -328,6 +333,7 @@ impl ProbeArgs {
             btf_dir: self.btf_dir.clone(),
             bind_qp_counters: self.bind_qp_counters,
             no_probe: self.no_probe.clone(),
+            typed: !self.no_typed_probes,
         }
     }
 }

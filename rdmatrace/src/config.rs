@@ -27,4 +27,7 @@ pub struct Probing {
     pub bind_qp_counters: bool,
     /// Probe areas switched off (`--no-probe AREA`).
     pub no_probe: Vec<String>,
+    /// Typed programs (fentry, tp_btf) in place of kprobes and raw tracepoints where the
+    /// kernel takes them (off: `--no-typed-probes`).
+    pub typed: bool,
 }

@@ -145,10 +145,22 @@ fn root_a_recorder_killed_with_sigkill_leaves_a_replayable_file() {
 #[test]
 #[ignore = "needs root: traces with eBPF; `cargo xtask test` runs it as root"]
 fn root_tcp_bytes_are_summed_per_sending_process() {
-    let tracer = start(
-        &["trace", "--json", "--comm", "python3"],
-        Duration::from_secs(60),
-    );
+    tcp_bytes_summed(&[]);
+}
+
+#[test]
+#[ignore = "needs root: traces with eBPF; `cargo xtask test` runs it as root"]
+fn root_tcp_bytes_are_summed_by_the_raw_tracepoints_with_no_typed_probes() {
+    let stderr = tcp_bytes_summed(&["--no-typed-probes"]);
+    assert!(stderr.contains("typed probes off"), "{stderr}");
+}
+
+/// Traces loopback TCP transfers of known sizes with `trace --json` (and `extra` flags) and
+/// checks each process's byte totals and peer; the tracer's stderr.
+fn tcp_bytes_summed(extra: &[&str]) -> String {
+    let mut args = vec!["trace", "--json", "--comm", "python3"];
+    args.extend(extra);
+    let tracer = start(&args, Duration::from_secs(60));
     // Loopback transfers inside one process, over IPv4 then IPv6 (where the host has it):
     // 300000 bytes each way through TCP each, with the peer address each time.
     let transfer = |family: &str, addr: &str| {
@@ -193,6 +205,7 @@ fn root_tcp_bytes_are_summed_per_sending_process() {
             assert_eq!(e["data"]["peer"], json!(peer), "{e}");
         }
     }
+    done.stderr.clone()
 }
 
 /// `doctor --json`: its run and its items.

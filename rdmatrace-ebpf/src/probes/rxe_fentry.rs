@@ -70,14 +70,13 @@ fn count(ctx: &FEntryContext, cfg: &ProbeConfig, qp_arg: u32, tx: bool) -> Optio
 /// one (most of them) is all that is read.
 #[fentry(function = "rxe_cq_post")]
 pub fn rxe_cq_post_f(ctx: FEntryContext) -> u32 {
-    config().and_then(|c| cq_post(&ctx, c)).unwrap_or(0)
+    cq_post(&ctx).unwrap_or(0)
 }
 
+/// A successful completion returns before the config is even looked up (the loads' offsets
+/// are in the instructions).
 #[inline(always)]
-fn cq_post(ctx: &FEntryContext, cfg: &ProbeConfig) -> Option<u32> {
-    if cfg.typed & TYPED_RXE_CQ_POST == 0 {
-        return None;
-    }
+fn cq_post(ctx: &FEntryContext) -> Option<u32> {
     let args = ctx.as_ptr().cast::<u8>();
     // SAFETY: as in `count`: the argument's slot, then the status field of the typed
     // completion (user space loads this program only when both layouts keep it at one offset).
@@ -89,6 +88,10 @@ fn cq_post(ctx: &FEntryContext, cfg: &ProbeConfig) -> Option<u32> {
         load::<u32>(cqe as *const u8, patch::CQE_STATUS)
     };
     if status == 0 {
+        return None;
+    }
+    let cfg = config()?;
+    if cfg.typed & TYPED_RXE_CQ_POST == 0 {
         return None;
     }
     let (mut cq, mut cqe) = (0u64, 0u64);

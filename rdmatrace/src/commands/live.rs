@@ -364,6 +364,7 @@ pub fn load_options(
         cpu_hz: None,
         cgroup_filter: false,
         no_probe: probing.no_probe.clone(),
+        typed: probing.typed,
     }
 }
 

@@ -75,6 +75,9 @@ pub struct LoadOptions {
     pub cgroup_filter: bool,
     /// Areas not loaded (`--no-probe AREA`), reported as off.
     pub no_probe: Vec<String>,
+    /// Typed programs (see `typed`) in place of kprobes and raw tracepoints where the kernel
+    /// takes them; off (`--no-typed-probes`): the kprobes and raw tracepoints count.
+    pub typed: bool,
 }
 
 impl Default for LoadOptions {
@@ -87,6 +90,7 @@ impl Default for LoadOptions {
             cpu_hz: None,
             cgroup_filter: false,
             no_probe: Vec::new(),
+            typed: true,
         }
     }
 }
@@ -300,14 +304,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     // A third one opens (arms) the kprobes from the start (see `pass::open_kprobes`).
     // The object read again for the typed programs (see `typed`), beside the rest.
     let names: Vec<&str> = wanted.iter().map(|a| a.name).collect();
-    let typed_obj = typed::wanted(&names, &opts.btf_dir)
-        .then(|| {
-            std::thread::Builder::new()
-                .name("rdmatrace-typed".into())
-                .spawn(|| btfprog::parse(PROBES_OBJ))
-                .ok()
-        })
-        .flatten();
+    let typed_obj = typed::read_object(opts, &names, PROBES_OBJ);
     let (resolved, loaded) = std::thread::scope(|s| {
         let wanted = &wanted;
         // (None on a kernel without kprobes: nothing to open.)
@@ -348,19 +345,14 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
     let slots = slots::for_programs(&ebpf, &mut report);
     cfg.qp_slots = u32::from(slots.is_some());
-    let typed = typed_obj.and_then(|t| {
-        let obj = t
-            .join()
-            .unwrap_or_else(|_| Err("the thread reading the object failed".into()));
-        typed::replace(
-            obj,
-            &mut ebpf,
-            &mut links,
-            &mut report,
-            &mut cfg,
-            &mut phases,
-        )
-    });
+    let typed = typed::replace(
+        typed_obj,
+        &mut ebpf,
+        &mut links,
+        &mut report,
+        &mut cfg,
+        &mut phases,
+    );
     {
         let map = ebpf
             .map_mut("CONFIG")

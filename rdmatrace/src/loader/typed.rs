@@ -169,24 +169,59 @@ impl Switch {
     }
 }
 
-/// Whether the typed programs may be tried for any of `areas` (see `SWITCHES`): the object
-/// is then read again on a thread of its own from the start of the load.
-pub(super) fn wanted(areas: &[&str], btf_dir: &std::path::Path) -> bool {
+/// The object (`object`, the embedded one) read again on a thread of its own, from the start
+/// of the load, when the typed programs may be tried for any of the areas `areas` (see
+/// `SWITCHES`) and `opts` allow them.
+pub(super) fn read_object(
+    opts: &super::LoadOptions,
+    areas: &[&str],
+    object: &'static [u8],
+) -> Option<Reading> {
     let rxe = areas.iter().any(|a| ["rxe", "rxe_wc"].contains(a));
-    (rxe && btf_dir.join(MODULE).exists()) || areas.contains(&"tcp")
+    let wanted = (rxe && opts.btf_dir.join(MODULE).exists()) || areas.contains(&"tcp");
+    if !opts.typed {
+        return Some(Reading::Off);
+    }
+    wanted
+        .then(|| {
+            std::thread::Builder::new()
+                .name("rdmatrace-typed".into())
+                .spawn(|| btfprog::parse(object))
+                .ok()
+                .map(Reading::Thread)
+        })
+        .flatten()
+}
+
+/// The object being read for the typed programs, or why not.
+pub(super) enum Reading {
+    Thread(std::thread::JoinHandle<Result<aya_obj::Object, String>>),
+    /// `--no-typed-probes`.
+    Off,
 }
 
 /// The typed programs in place of the programs they replace, where the kernel takes them (see
 /// [`Switch`]; the replaced ones are unloaded and stand by, and the config's `typed` says
 /// which). Otherwise those count, and a note says why.
 pub(super) fn replace(
-    obj: Result<aya_obj::Object, String>,
+    reading: Option<Reading>,
     ebpf: &mut Ebpf,
     links: &mut plink::Links,
     report: &mut AttachReport,
     cfg: &mut ProbeConfig,
     phases: &mut Phases,
 ) -> Option<TypedLinks> {
+    let obj = match reading? {
+        Reading::Off => {
+            report.notes.push(
+                "typed probes off (--no-typed-probes): kprobes and raw tracepoints count".into(),
+            );
+            return None;
+        }
+        Reading::Thread(t) => t
+            .join()
+            .unwrap_or_else(|_| Err("the thread reading the object failed".into())),
+    };
     let on = |p: &str| report.attached().any(|s| s.spec.program == p);
     let wanted: Vec<&Switch> = SWITCHES
         .iter()
