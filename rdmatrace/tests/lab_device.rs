@@ -186,21 +186,34 @@ fn lab_doctor_sees_every_rdma_probe_attach() {
         .filter(|i| i["status"] != "ok" && !tracepoint_absent(i))
         .collect();
     assert!(off.is_empty(), "probes off in the lab kernel: {off:#?}");
-    // Per-process TCP bytes: the tracepoints (6.3+) or their kretprobe fallback, one of them
+    // Per-process TCP bytes: the tracepoints (6.3+: their tp_btf programs, or the raw
+    // tracepoints where tp_btf is refused) or their kretprobe fallback, exactly one of them
     // really attached on every lab kernel.
-    for (tp, ret) in [
-        ("tcp/tcp_send_bytes ", "tcp/tcp_send_bytes_ret "),
-        ("tcp/tcp_recv_bytes ", "tcp/tcp_recv_bytes_ret "),
+    for (tp, typed, ret) in [
+        (
+            "tcp/tcp_send_bytes ",
+            "tcp/tcp_send_btf ",
+            "tcp/tcp_send_bytes_ret ",
+        ),
+        (
+            "tcp/tcp_recv_bytes ",
+            "tcp/tcp_recv_btf ",
+            "tcp/tcp_recv_bytes_ret ",
+        ),
     ] {
         let find = |name: &str| {
             probes
                 .iter()
                 .find(|i| i["item"].as_str().is_some_and(|s| s.contains(name)))
-                .unwrap_or_else(|| panic!("{name} missing"))
         };
-        let (tp, ret) = (find(tp), find(ret));
-        let attached = |i: &Value| i["detail"] == "attached";
-        assert!(attached(tp) ^ attached(ret), "{tp} {ret}");
+        let attached = |i: Option<&&Value>| i.is_some_and(|i| i["detail"] == "attached");
+        let (tp, typed, ret) = (find(tp), find(typed), find(ret));
+        assert!(tp.is_some() && ret.is_some(), "{tp:?} {ret:?}");
+        let on = [tp, typed, ret]
+            .into_iter()
+            .filter(|&i| attached(i))
+            .count();
+        assert_eq!(on, 1, "{tp:?} {typed:?} {ret:?}");
     }
     for dev in ["device rxe0 port 1", "device rxe1 port 1"] {
         let d = items
