@@ -89,9 +89,6 @@ fn try_rxe_cq_post(ctx: &ProbeContext) -> Option<u32> {
     }
     let rcq = arg(ctx, cfg.cq_post_arg_cq);
     let cqe = arg(ctx, cfg.cq_post_arg_cqe);
-    if rcq == 0 || cqe == 0 || cfg.rxe_cq_ibcq == UNRESOLVED {
-        return None;
-    }
     // The common case, success, costs one read: the status sits at the same offset in both
     // completion layouts (as BTF says on every kernel seen so far), so it is read before
     // asking which layout this CQ uses.

@@ -21,7 +21,7 @@ use rdmatrace_common::{
 use crate::{
     emit::config,
     probes::{cq::wc_error, rxe::add_traffic},
-    typed::load,
+    typed::arg_field,
 };
 
 /// `rxe_xmit_packet(qp, pkt, skb)`: every packet a QP sends.
@@ -50,13 +50,7 @@ fn count(ctx: &FEntryContext, cfg: &ProbeConfig, qp_arg: u32, tx: bool) -> Optio
     // SAFETY: the loads are checked by the verifier against the function's BTF once user space
     // has set their offsets (the argument's slot in the context, then a field of the typed
     // pointer); a fault on a bad pointer reads zero.
-    let len = unsafe {
-        let skb = load::<u64>(args, patch::ARG_SKB);
-        if skb == 0 {
-            return None;
-        }
-        load::<u32>(skb as *const u8, patch::SKB_LEN)
-    };
+    let len = unsafe { arg_field::<u32>(args, patch::ARG_SKB, patch::SKB_LEN) }?;
     let mut qp: u64 = 0;
     // SAFETY: the helper writes one u64 through the pointer (argument `qp_arg` of the traced
     // function, or nothing when there is no such argument).
@@ -80,13 +74,7 @@ fn cq_post(ctx: &FEntryContext) -> Option<u32> {
     let args = ctx.as_ptr().cast::<u8>();
     // SAFETY: as in `count`: the argument's slot, then the status field of the typed
     // completion (user space loads this program only when both layouts keep it at one offset).
-    let status = unsafe {
-        let cqe = load::<u64>(args, patch::ARG_CQE);
-        if cqe == 0 {
-            return None;
-        }
-        load::<u32>(cqe as *const u8, patch::CQE_STATUS)
-    };
+    let status = unsafe { arg_field::<u32>(args, patch::ARG_CQE, patch::CQE_STATUS) }?;
     if status == 0 {
         return None;
     }

@@ -251,22 +251,15 @@ fn add_bytes(
     if known {
         key.family = family;
     }
-    let keyed = key.family;
-    let v = totals(key, |fresh| {
-        // Read again rather than copied from the key: an array copy costs a byte-wise memcpy.
-        if keyed != 0 && peer_addr(cfg, sk, family, &mut fresh.daddr) {
-            fresh.family = family;
-        }
-    })?;
-    add_to(v, bytes, tx);
+    add_to(totals(key)?, bytes, tx);
     Some(0)
 }
 
 /// The totals of `key` in `TCP_BYTES`: one lookup when they exist; otherwise made (the
-/// process's name set, then `fill`) and looked up again. Another CPU's entry for the same key,
+/// process's name, the key's peer) and looked up again. Another CPU's entry for the same key,
 /// made meanwhile, is kept (its counts with it).
 #[inline(always)]
-pub fn totals(key: &TcpPeerKey, fill: impl FnOnce(&mut TcpBytes)) -> Option<*mut TcpBytes> {
+pub fn totals(key: &TcpPeerKey) -> Option<*mut TcpBytes> {
     if let Some(v) = TCP_BYTES.get_ptr_mut(key) {
         return Some(v);
     }
@@ -274,7 +267,16 @@ pub fn totals(key: &TcpPeerKey, fill: impl FnOnce(&mut TcpBytes)) -> Option<*mut
     // SAFETY: all-zero is a valid value of this integer-only struct.
     let fresh = unsafe { slot.zeroed() };
     comm_into(&mut fresh.comm);
-    fill(fresh);
+    // SAFETY: two 16-byte arrays, 4-aligned (both structs' are 8-aligned), apart. (A plain
+    // array copy would be a byte-wise memcpy.)
+    unsafe {
+        copy_words(
+            fresh.daddr.as_mut_ptr(),
+            key.daddr.as_ptr(),
+            key.daddr.len(),
+        )
+    };
+    fresh.family = key.family;
     let _ = TCP_BYTES.insert(key, fresh, NOEXIST);
     TCP_BYTES.get_ptr_mut(key)
 }

@@ -19,7 +19,7 @@ use crate::{
     emit::{config, wanted_task},
     probes::tcp::{add_to, totals, AF_INET, AF_INET6, IPPROTO_TCP},
     typed::load,
-    zero::{copy_words, Slot},
+    zero::Slot,
 };
 
 #[btf_tracepoint(function = "sock_send_length")]
@@ -79,17 +79,6 @@ fn count(ctx: &BtfTracePointContext, cfg: &ProbeConfig, tx: bool) -> Option<u32>
         key.family = family;
         ret
     };
-    let v = totals(key, |fresh| {
-        // SAFETY: two 16-byte arrays, 4-aligned (both structs' are 8-aligned), apart.
-        unsafe {
-            copy_words(
-                fresh.daddr.as_mut_ptr(),
-                key.daddr.as_ptr(),
-                key.daddr.len(),
-            )
-        };
-        fresh.family = key.family;
-    })?;
-    add_to(v, ret as u64, tx);
+    add_to(totals(key)?, ret as u64, tx);
     Some(0)
 }
