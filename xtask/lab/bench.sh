@@ -190,25 +190,51 @@ for round in $(seq "$rounds"); do
     done
 done
 
-# The floor: empty programs on the per-packet and per-completion hooks, one perftest pass
-# (the cost of entering a kprobe program at all on this kernel, under this emulation).
+# The floor, side by side: rdmatrace and empty programs on the per-packet and per-completion
+# hooks, all attached at once through one perftest pass, so that each program and the floor it
+# is held to run on the same packets at the same time (a floor measured in a pass of its own
+# moved up to 1.8x between bench runs while the programs did not). Two empty programs per
+# hook: a kprobe (tracepoint on the socket hooks), and an fentry program on the rxe functions,
+# the twin of rdmatrace's fentry programs there (bpftrace's `kfunc:`; said and left out when
+# this bpftrace or kernel cannot attach one). The cost of entering a program at all on this
+# kernel, under this emulation.
 if [ $stats = 1 ]; then
     round=1
-    log=$out/floor.log
-    "${BPFTRACE[@]}" -e 'BEGIN { printf("Tracing\n"); }
+    BT_FLOOR='BEGIN { printf("Tracing\n"); }
         kprobe:rxe_xmit_packet, kprobe:rxe_comp_queue_pkt, kprobe:rxe_resp_queue_pkt,
         kprobe:rxe_cq_post, kprobe:ib_uverbs_comp_handler, kprobe:retransmit_timer,
-        tracepoint:sock:sock_send_length, tracepoint:sock:sock_recv_length { }' >"$log" 2>&1 &
-    tpid=$!
-    until grep -q "^Tracing" "$log"; do
-        kill -0 "$tpid" 2>/dev/null || { say "the floor tracer died:"; cat "$log" >&2; exit 1; }
-        sleep 0.01
-    done
+        tracepoint:sock:sock_send_length, tracepoint:sock:sock_recv_length { }'
+    FENTRY_HOOKS=rxe_xmit_packet,rxe_comp_queue_pkt,rxe_resp_queue_pkt,rxe_cq_post
+    BT_FENTRY="BEGIN { printf(\"Tracing\\n\"); } kfunc:rdma_rxe:${FENTRY_HOOKS//,/, kfunc:rdma_rxe:} { }"
+    # Sets the pid variable named $1 once the tracer $2 (a log name) printed its ready line;
+    # the rest is its command. Returns 1 (and says why) when it died first.
+    start_side() {
+        local var=$1 name=$2 log=$out/$2.log pid
+        shift 2
+        "$@" >"$log" 2>&1 &
+        pid=$!
+        until grep -q -e "^Tracing" -e "Hit Ctrl-C to end" "$log"; do
+            kill -0 "$pid" 2>/dev/null || { say "the $name tracer died:"; cat "$log" >&2; return 1; }
+            sleep 0.05
+        done
+        printf -v "$var" %d "$pid"
+    }
+    side_pid= floor_pid= fentry_pid=
+    start_side side_pid side "$rt" record --force -o "$out/side.rdmt" || exit 1
+    start_side floor_pid floor "${BPFTRACE[@]}" -e "$BT_FLOOR" || exit 1
+    start_side fentry_pid floor_fentry "${BPFTRACE[@]}" -e "$BT_FENTRY" ||
+        say "no empty fentry programs: the floor of the fentry programs is the empty kprobe only"
     perf ib_write_bw -s 65536 -n 500 >/dev/null
     perf ib_send_lat -s 2 -n 1000 >/dev/null
-    python3 xtask/lab/bpfstats.py "$tpid" floor 1 >>"$res" || say "bpf_stats of the floor could not be read"
-    kill -INT "$tpid"
-    wait "$tpid"
+    python3 xtask/lab/bpfstats.py "$side_pid" side 1 "$out/doctor.json" >>"$res" ||
+        say "bpf_stats of rdmatrace beside the floor could not be read"
+    python3 xtask/lab/bpfstats.py "$floor_pid" floor 1 >>"$res" || say "bpf_stats of the floor could not be read"
+    if [ -n "$fentry_pid" ]; then
+        python3 xtask/lab/bpfstats.py "$fentry_pid" floor_fentry 1 "hooks=$FENTRY_HOOKS" >>"$res" ||
+            say "bpf_stats of the empty fentry programs could not be read"
+    fi
+    for p in $side_pid $floor_pid $fentry_pid; do kill -INT "$p"; done
+    for p in $side_pid $floor_pid $fentry_pid; do wait "$p"; done
 fi
 # Fresh recordings of today's probe set, for their size per event.
 bash xtask/lab/sizes.sh "$rt" "$out"

@@ -3,12 +3,14 @@
 (kernel.bpf_stats_enabled=1): for each program process PID attached, the hook it is attached
 to and its run_time_ns / run_cnt since it was loaded.
 
-  bpfstats.py PID TOOL ROUND [DOCTOR_JSON]
+  bpfstats.py PID TOOL ROUND [DOCTOR_JSON | hooks=HOOK,HOOK...]
       prints `prog_ns TOOL:HOOK ROUND NS_PER_RUN` and `prog_runs TOOL:HOOK ROUND RUNS` lines
       (bench.sh's format). Programs attached through perf-event links (rdmatrace's kprobes:
-      bpftool 7.1 shows no owner or function for those links) and fentry programs (their
-      links show a BTF id) are named by `rdmatrace doctor --json` (DOCTOR_JSON: its
-      `probe AREA/PROGRAM (KIND TARGET)` items).
+      bpftool 7.1 shows no owner or function for those links) and fentry programs (bpftool
+      7.1 shows neither owner nor target of their links) are named by `rdmatrace doctor
+      --json` (DOCTOR_JSON: its `probe AREA/PROGRAM (KIND TARGET)` items), or, for bpftrace's
+      `kfunc:` programs (named for their function, cut to 15 characters), by the list of
+      hooks they are on (hooks=...).
 
 Hooks: kprobes and uprobes by function, tracepoints by name, raw tracepoints (and tp_btf) by name;
 a hook with several programs of the tool (entry + return) is summed. Uses bpftool's JSON.
@@ -47,7 +49,13 @@ def doctor_hooks(path):
 
 def main():
     pid, tool, rnd = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    named = doctor_hooks(sys.argv[4]) if len(sys.argv) > 4 else {}
+    extra = sys.argv[4] if len(sys.argv) > 4 else ""
+    by_doctor = bool(extra) and not extra.startswith("hooks=")
+    if extra.startswith("hooks="):
+        # The kernel keeps a program's first 15 characters as its name.
+        named = {h[:15]: h for h in extra[len("hooks="):].split(",") if h}
+    else:
+        named = doctor_hooks(extra) if extra else {}
     progs = {p["id"]: p for p in bpftool("prog", "show")}
     hooks = {}  # hook -> [ns, runs]
     counted = set()  # (hook, program): a program linked to a hook twice is counted once
@@ -61,7 +69,11 @@ def main():
         h[0] += p.get("run_time_ns", 0)
         h[1] += p.get("run_cnt", 0)
 
-    for e in bpftool("perf", "show"):
+    perf = bpftool("perf", "show")
+    # Programs another process holds through a perf event (another tracer on the same hooks,
+    # e.g. the floor's empty programs beside rdmatrace): never named as this tool's.
+    others = {e.get("prog_id") for e in perf if e.get("pid") != pid}
+    for e in perf:
         if e.get("pid") != pid:
             continue
         hook = e.get("func") or e.get("tracepoint") or e.get("filename", "?")
@@ -70,7 +82,9 @@ def main():
             hook = "uprobe:" + str(e.get("filename", "?")).rsplit("/", 1)[-1] + "+" + str(e.get("offset"))
         add(hook, e.get("prog_id"))
     for link in bpftool("link", "show"):
-        if link.get("type") == "perf_event" and named:
+        if link.get("type") == "perf_event" and by_doctor:
+            if link.get("prog_id") in others:
+                continue
             hook = named.get(progs.get(link.get("prog_id"), {}).get("name"))
             if hook:
                 add(hook, link.get("prog_id"))

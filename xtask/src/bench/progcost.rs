@@ -1,7 +1,8 @@
 //! Per-program cost in the lab: each eBPF program's run time per run, from the kernel's own
 //! accounting (`kernel.bpf_stats_enabled=1`, read with bpftool by `xtask/lab/bpfstats.py` after
 //! each perftest round), for rdmatrace's programs and bpftrace's equivalents on the same hooks,
-//! and an empty program on the per-packet hooks as the floor. TCG inflates every figure alike;
+//! and empty programs on the per-packet hooks (kprobe, and fentry on the rxe functions),
+//! measured side by side with rdmatrace in one pass, as the floor. TCG inflates every figure alike;
 //! the comparison is between programs on the same hook in the same boot.
 
 use std::{collections::BTreeSet, fmt::Write as _};
@@ -59,10 +60,56 @@ fn cell(v: Option<&(String, f64, f64)>) -> String {
     )
 }
 
+/// The kind of rdmatrace's program on hook `h` in that boot: `fentry` or `tp_btf` when every
+/// function of `h` had one (`rdmatrace doctor`), else a kprobe or tracepoint.
+fn kind_on<'a>(lab: &'a LabResults, h: &str) -> Option<&'a str> {
+    let kinds: Vec<&str> = h
+        .split('+')
+        .map(|p| {
+            lab.typed
+                .iter()
+                .find(|(_, t)| t == p)
+                .map_or("", |(k, _)| k.as_str())
+        })
+        .collect();
+    let first = *kinds.first()?;
+    (!first.is_empty() && kinds.iter().all(|k| *k == first)).then_some(first)
+}
+
+/// The verdict of a per-packet hook: rdmatrace's program against the empty program of its own
+/// kind (fentry beside fentry; kprobe or tracepoint otherwise), both from the side-by-side
+/// pass, with the ratio to the other empty program when there is one.
+fn floor_verdict(
+    side: Option<&(String, f64, f64)>,
+    kprobe: Option<&(String, f64, f64)>,
+    fentry: Option<&(String, f64, f64)>,
+    is_fentry: bool,
+) -> String {
+    let Some(o) = side else {
+        return "—".into();
+    };
+    let ratio = |f: Option<&(String, f64, f64)>| f.map(|f| o.1 / f.1);
+    let (own, own_name, other, other_name) = if is_fentry && fentry.is_some() {
+        (ratio(fentry), "fentry", ratio(kprobe), "kprobe")
+    } else {
+        (ratio(kprobe), "kprobe", ratio(fentry), "fentry")
+    };
+    let Some(r) = own else {
+        return "—".into();
+    };
+    let also = other.map_or(String::new(), |x| {
+        format!("; {x:.1}× of the empty {other_name}")
+    });
+    let mark = if r <= 2.0 { "yes" } else { "**no**" };
+    format!("{mark} ({r:.1}× of the empty {own_name}{also})")
+}
+
 pub fn section(s: &mut String, lab: &LabResults) {
     let ours = per_hook(lab, "rdmatrace");
     let theirs = per_hook(lab, "bpftrace");
+    let side = per_hook(lab, "side");
     let floor = per_hook(lab, "floor");
+    let floor_fentry = per_hook(lab, "floor_fentry");
     let _ = writeln!(s, "### Per-program cost (bpf_stats)\n");
     if ours.is_empty() {
         let _ = writeln!(
@@ -81,9 +128,16 @@ pub fn section(s: &mut String, lab: &LabResults) {
          times a round and their time per run was mostly TCG translating their code on first \
          use); a hook with an entry and a return \
          program counts both; a program on several hooks (`a+b`) is compared with the other programs \
-         on those hooks taken together (runs summed, time per run weighted by runs). The floor is an empty bpftrace program on the per-packet hooks \
-         during one extra perftest pass. Targets: every rdmatrace program at or below its \
-         bpftrace twin; per-packet hooks within 2× of the floor.\n"
+         on those hooks taken together (runs summed, time per run weighted by runs).\n\n\
+         The floor is measured side by side: one extra perftest pass (`ib_write_bw`, \
+         `ib_send_lat`) with rdmatrace and empty bpftrace programs on the per-packet hooks \
+         attached at once, so that a program and the empty ones run on the same packets at \
+         the same time: an empty kprobe (a tracepoint on the socket hooks) and, on the rxe \
+         functions, an empty fentry program (bpftrace's `kfunc:`). A per-packet hook is \
+         held to the empty program of its own kind (rdmatrace's fentry programs to the empty \
+         fentry program when there is one, the rest to the empty kprobe or tracepoint); the \
+         ratio to the other empty program is given beside it. Targets: every rdmatrace \
+         program at or below its bpftrace twin; per-packet hooks within 2× of the floor.\n"
     );
     let on = |kind: &str| -> Vec<String> {
         lab.typed
@@ -96,13 +150,13 @@ pub fn section(s: &mut String, lab: &LabResults) {
     let mut typed = Vec::new();
     if !fentry.is_empty() {
         typed.push(format!(
-            "on {} fentry programs (bpftrace's and the empty programs there are kprobes)",
+            "on {} fentry programs (bpftrace's twins there are kprobes)",
             fentry.join(", ")
         ));
     }
     if !tp_btf.is_empty() {
         typed.push(format!(
-            "on {} tp_btf programs (bpftrace's and the empty programs there are tracepoints)",
+            "on {} tp_btf programs (bpftrace's twins and the empty programs there are tracepoints)",
             tp_btf.join(", ")
         ));
     }
@@ -113,34 +167,49 @@ pub fn section(s: &mut String, lab: &LabResults) {
             typed.join("; ")
         );
     }
+    if floor_fentry.is_empty() && !fentry.is_empty() {
+        let _ = writeln!(
+            s,
+            "No empty fentry program ran in this boot (bpftrace could not attach one: the lab \
+             log says why): the fentry programs are held to the empty kprobe.\n"
+        );
+    }
     let _ = writeln!(
         s,
-        "| hook | rdmatrace ns/run | bpftrace ns/run | empty program | ≤ bpftrace | ≤ 2× floor |\n\
-         |---|---|---|---|---|---|"
+        "| hook | rdmatrace ns/run | bpftrace ns/run | side by side: rdmatrace | empty kprobe / tracepoint | empty fentry | ≤ bpftrace | ≤ 2× floor |\n\
+         |---|---|---|---|---|---|---|---|"
     );
     let hooks: BTreeSet<&String> = ours.iter().map(|h| &h.0).collect();
     let (mut above_twin, mut above_floor) = (false, false);
     for h in hooks {
-        let (o, t, f) = (find(&ours, h), find(&theirs, h), find(&floor, h));
+        let (o, t) = (find(&ours, h), find(&theirs, h));
+        let (sd, f, ff) = (find(&side, h), find(&floor, h), find(&floor_fentry, h));
         let vs_bpftrace = match (&o, &t) {
             (Some(o), Some(t)) if o.1 <= t.1 => "yes",
             (Some(_), Some(_)) => "**no**",
             _ => "—",
         };
         let per_packet = h.split('+').all(|p| PER_PACKET.contains(&p));
-        let vs_floor = match (&o, &f, per_packet) {
-            (Some(o), Some(f), true) if o.1 <= 2.0 * f.1 => "yes".to_string(),
-            (Some(o), Some(f), true) => format!("**no** ({:.1}×)", o.1 / f.1),
-            _ => "—".to_string(),
+        let vs_floor = if per_packet {
+            floor_verdict(
+                sd.as_ref(),
+                f.as_ref(),
+                ff.as_ref(),
+                kind_on(lab, h) == Some("fentry"),
+            )
+        } else {
+            "—".to_string()
         };
         above_twin |= vs_bpftrace.starts_with("**no");
         above_floor |= vs_floor.starts_with("**no");
         let _ = writeln!(
             s,
-            "| `{h}` | {} | {} | {} | {vs_bpftrace} | {vs_floor} |",
+            "| `{h}` | {} | {} | {} | {} | {} | {vs_bpftrace} | {vs_floor} |",
             cell(o.as_ref()),
             cell(t.as_ref()),
-            cell(f.as_ref())
+            cell(sd.as_ref()),
+            cell(f.as_ref()),
+            cell(ff.as_ref())
         );
     }
     s.push('\n');
@@ -154,7 +223,39 @@ pub fn section(s: &mut String, lab: &LabResults) {
 
 #[cfg(test)]
 mod tests {
-    use super::find;
+    use super::{find, floor_verdict};
+
+    fn at(ns: f64) -> Option<(String, f64, f64)> {
+        Some(("h".to_string(), ns, 100.0))
+    }
+
+    #[test]
+    fn a_fentry_program_is_held_to_the_empty_fentry_program() {
+        let v = floor_verdict(
+            at(380.0).as_ref(),
+            at(150.0).as_ref(),
+            at(200.0).as_ref(),
+            true,
+        );
+        assert_eq!(
+            v,
+            "yes (1.9× of the empty fentry; 2.5× of the empty kprobe)"
+        );
+        let v = floor_verdict(
+            at(380.0).as_ref(),
+            at(150.0).as_ref(),
+            at(200.0).as_ref(),
+            false,
+        );
+        assert_eq!(
+            v,
+            "**no** (2.5× of the empty kprobe; 1.9× of the empty fentry)"
+        );
+        // No empty fentry program measured: the kprobe's, said so.
+        let v = floor_verdict(at(380.0).as_ref(), at(200.0).as_ref(), None, true);
+        assert_eq!(v, "yes (1.9× of the empty kprobe)");
+        assert_eq!(floor_verdict(None, at(200.0).as_ref(), None, true), "—");
+    }
 
     #[test]
     fn a_program_on_two_hooks_meets_the_others_taken_together() {
