@@ -191,7 +191,7 @@ for round in $(seq "$rounds"); do
 done
 
 # The floor, side by side: rdmatrace and empty programs on the per-packet and per-completion
-# hooks, all attached at once through one perftest pass, so that each program and the floor it
+# hooks, all attached at once through a perftest pass, so that each program and the floor it
 # is held to run on the same packets at the same time (a floor measured in a pass of its own
 # moved up to 1.8x between bench runs while the programs did not). Two empty programs per
 # hook: a kprobe (tracepoint on the socket hooks), and an fentry program on the rxe functions,
@@ -199,7 +199,6 @@ done
 # this bpftrace or kernel cannot attach one). The cost of entering a program at all on this
 # kernel, under this emulation.
 if [ $stats = 1 ]; then
-    round=1
     BT_FLOOR='BEGIN { printf("Tracing\n"); }
         kprobe:rxe_xmit_packet, kprobe:rxe_comp_queue_pkt, kprobe:rxe_resp_queue_pkt,
         kprobe:rxe_cq_post, kprobe:ib_uverbs_comp_handler, kprobe:retransmit_timer,
@@ -219,22 +218,32 @@ if [ $stats = 1 ]; then
         done
         printf -v "$var" %d "$pid"
     }
-    side_pid= floor_pid= fentry_pid=
-    start_side side_pid side "$rt" record --force -o "$out/side.rdmt" || exit 1
-    start_side floor_pid floor "${BPFTRACE[@]}" -e "$BT_FLOOR" || exit 1
-    start_side fentry_pid floor_fentry "${BPFTRACE[@]}" -e "$BT_FENTRY" ||
-        say "no empty fentry programs: the floor of the fentry programs is the empty kprobe only"
-    perf ib_write_bw -s 65536 -n 500 >/dev/null
-    perf ib_send_lat -s 2 -n 1000 >/dev/null
-    python3 xtask/lab/bpfstats.py "$side_pid" side 1 "$out/doctor.json" >>"$res" ||
-        say "bpf_stats of rdmatrace beside the floor could not be read"
-    python3 xtask/lab/bpfstats.py "$floor_pid" floor 1 >>"$res" || say "bpf_stats of the floor could not be read"
-    if [ -n "$fentry_pid" ]; then
-        python3 xtask/lab/bpfstats.py "$fentry_pid" floor_fentry 1 "hooks=$FENTRY_HOOKS" >>"$res" ||
-            say "bpf_stats of the empty fentry programs could not be read"
-    fi
-    for p in $side_pid $floor_pid $fentry_pid; do kill -INT "$p"; done
-    for p in $side_pid $floor_pid $fentry_pid; do wait "$p"; done
+    # Three passes; the order the tracers attach in alternates (programs on one function run
+    # in attach order), so that no tool always runs first.
+    for round in 1 2 3; do
+        side_pid= floor_pid= fentry_pid=
+        if [ $((round % 2)) = 1 ]; then
+            start_side side_pid side "$rt" record --force -o "$out/side.rdmt" || exit 1
+        fi
+        start_side floor_pid floor "${BPFTRACE[@]}" -e "$BT_FLOOR" || exit 1
+        start_side fentry_pid floor_fentry "${BPFTRACE[@]}" -e "$BT_FENTRY" ||
+            say "no empty fentry programs: the floor of the fentry programs is the empty kprobe only"
+        if [ $((round % 2)) = 0 ]; then
+            start_side side_pid side "$rt" record --force -o "$out/side.rdmt" || exit 1
+        fi
+        perf ib_write_bw -s 65536 -n 500 >/dev/null
+        perf ib_send_lat -s 2 -n 1000 >/dev/null
+        python3 xtask/lab/bpfstats.py "$side_pid" side "$round" "$out/doctor.json" >>"$res" ||
+            say "bpf_stats of rdmatrace beside the floor could not be read"
+        python3 xtask/lab/bpfstats.py "$floor_pid" floor "$round" >>"$res" ||
+            say "bpf_stats of the floor could not be read"
+        if [ -n "$fentry_pid" ]; then
+            python3 xtask/lab/bpfstats.py "$fentry_pid" floor_fentry "$round" "hooks=$FENTRY_HOOKS" >>"$res" ||
+                say "bpf_stats of the empty fentry programs could not be read"
+        fi
+        for p in $side_pid $floor_pid $fentry_pid; do kill -INT "$p"; done
+        for p in $side_pid $floor_pid $fentry_pid; do wait "$p"; done
+    done
 fi
 # Fresh recordings of today's probe set, for their size per event.
 bash xtask/lab/sizes.sh "$rt" "$out"

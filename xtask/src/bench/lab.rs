@@ -73,6 +73,20 @@ impl LabResults {
             .unwrap_or_default()
     }
 
+    /// The value of one round.
+    pub fn value(&self, metric: &str, tool: &str, round: u32) -> Option<f64> {
+        self.raw.get(metric)?.get(tool)?.get(&round).copied()
+    }
+
+    /// The rounds `tool` has values of `metric` in.
+    pub fn rounds_of(&self, metric: &str, tool: &str) -> Vec<u32> {
+        self.raw
+            .get(metric)
+            .and_then(|t| t.get(tool))
+            .map(|r| r.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
     /// tool / none of the same round, for every round that has both.
     pub fn pair_ratios(&self, metric: &str, tool: &str) -> Vec<f64> {
         let Some(m) = self.raw.get(metric) else {

@@ -35,6 +35,47 @@ fn per_hook(lab: &LabResults, tool: &str) -> Vec<(String, f64, f64)> {
         .collect()
 }
 
+/// (hook, ns/run, runs) of `tool`'s programs in one round.
+fn in_round(lab: &LabResults, tool: &str, round: u32) -> Vec<(String, f64, f64)> {
+    let prefix = format!("{tool}:");
+    lab.series()
+        .into_iter()
+        .filter(|(m, t)| m == "prog_ns" && t.starts_with(&prefix))
+        .filter_map(|(_, t)| {
+            let ns = lab.value("prog_ns", &t, round)?;
+            let runs = lab.value("prog_runs", &t, round)?;
+            Some((t[prefix.len()..].to_string(), ns, runs))
+        })
+        .collect()
+}
+
+/// rdmatrace's program on hook `h` over each empty program (kprobe or tracepoint, fentry),
+/// pass by pass of the side-by-side passes: the medians of those ratios.
+fn floor_ratios(lab: &LabResults, h: &str) -> (Option<f64>, Option<f64>, usize) {
+    let mut rounds: Vec<u32> = lab
+        .series()
+        .into_iter()
+        .filter(|(m, t)| m == "prog_ns" && t.starts_with("side:"))
+        .flat_map(|(m, t)| lab.rounds_of(&m, &t))
+        .collect();
+    rounds.sort_unstable();
+    rounds.dedup();
+    let (mut vs_kprobe, mut vs_fentry) = (Vec::new(), Vec::new());
+    for r in &rounds {
+        let Some(o) = find(&in_round(lab, "side", *r), h) else {
+            continue;
+        };
+        if let Some(f) = find(&in_round(lab, "floor", *r), h) {
+            vs_kprobe.push(o.1 / f.1);
+        }
+        if let Some(f) = find(&in_round(lab, "floor_fentry", *r), h) {
+            vs_fentry.push(o.1 / f.1);
+        }
+    }
+    let passes = vs_kprobe.len().max(vs_fentry.len());
+    (median(&vs_kprobe), median(&vs_fentry), passes)
+}
+
 /// The figures of hook `h` in `v`. For `a+b` (one of rdmatrace's programs on several hooks:
 /// the kernel counts a program's runs, not a link's), the other tool's programs on `a` and `b`
 /// taken together: their runs summed, their time per run weighted by runs (all of them must be
@@ -76,23 +117,14 @@ fn kind_on<'a>(lab: &'a LabResults, h: &str) -> Option<&'a str> {
     (!first.is_empty() && kinds.iter().all(|k| *k == first)).then_some(first)
 }
 
-/// The verdict of a per-packet hook: rdmatrace's program against the empty program of its own
-/// kind (fentry beside fentry; kprobe or tracepoint otherwise), both from the side-by-side
-/// pass, with the ratio to the other empty program when there is one.
-fn floor_verdict(
-    side: Option<&(String, f64, f64)>,
-    kprobe: Option<&(String, f64, f64)>,
-    fentry: Option<&(String, f64, f64)>,
-    is_fentry: bool,
-) -> String {
-    let Some(o) = side else {
-        return "—".into();
-    };
-    let ratio = |f: Option<&(String, f64, f64)>| f.map(|f| o.1 / f.1);
-    let (own, own_name, other, other_name) = if is_fentry && fentry.is_some() {
-        (ratio(fentry), "fentry", ratio(kprobe), "kprobe")
+/// The verdict of a per-packet hook from the ratios of rdmatrace's program to the empty
+/// kprobe (or tracepoint) and to the empty fentry program: held to the one of its own kind
+/// (fentry beside fentry when measured; kprobe or tracepoint otherwise), the other shown beside.
+fn floor_verdict(vs_kprobe: Option<f64>, vs_fentry: Option<f64>, is_fentry: bool) -> String {
+    let (own, own_name, other, other_name) = if is_fentry && vs_fentry.is_some() {
+        (vs_fentry, "fentry", vs_kprobe, "kprobe")
     } else {
-        (ratio(kprobe), "kprobe", ratio(fentry), "fentry")
+        (vs_kprobe, "kprobe", vs_fentry, "fentry")
     };
     let Some(r) = own else {
         return "—".into();
@@ -129,8 +161,8 @@ pub fn section(s: &mut String, lab: &LabResults) {
          use); a hook with an entry and a return \
          program counts both; a program on several hooks (`a+b`) is compared with the other programs \
          on those hooks taken together (runs summed, time per run weighted by runs).\n\n\
-         The floor is measured side by side: one extra perftest pass (`ib_write_bw`, \
-         `ib_send_lat`) with rdmatrace and empty bpftrace programs on the per-packet hooks \
+         The floor is measured side by side: extra perftest passes (`ib_write_bw`, \
+         `ib_send_lat`) each with rdmatrace and empty bpftrace programs on the per-packet hooks \
          attached at once, so that a program and the empty ones run on the same packets at \
          the same time: an empty kprobe (a tracepoint on the socket hooks) and, on the rxe \
          functions, an empty fentry program (bpftrace's `kfunc:`). A per-packet hook is \
@@ -181,6 +213,7 @@ pub fn section(s: &mut String, lab: &LabResults) {
     );
     let hooks: BTreeSet<&String> = ours.iter().map(|h| &h.0).collect();
     let (mut above_twin, mut above_floor) = (false, false);
+    let mut passes = 0;
     for h in hooks {
         let (o, t) = (find(&ours, h), find(&theirs, h));
         let (sd, f, ff) = (find(&side, h), find(&floor, h), find(&floor_fentry, h));
@@ -191,12 +224,9 @@ pub fn section(s: &mut String, lab: &LabResults) {
         };
         let per_packet = h.split('+').all(|p| PER_PACKET.contains(&p));
         let vs_floor = if per_packet {
-            floor_verdict(
-                sd.as_ref(),
-                f.as_ref(),
-                ff.as_ref(),
-                kind_on(lab, h) == Some("fentry"),
-            )
+            let (vs_kprobe, vs_fentry, n) = floor_ratios(lab, h);
+            passes = passes.max(n);
+            floor_verdict(vs_kprobe, vs_fentry, kind_on(lab, h) == Some("fentry"))
         } else {
             "—".to_string()
         };
@@ -212,7 +242,12 @@ pub fn section(s: &mut String, lab: &LabResults) {
             cell(ff.as_ref())
         );
     }
-    s.push('\n');
+    let _ = writeln!(
+        s,
+        "\nSide by side: medians over the {passes} passes (the tracers attached in alternating \
+         order: programs on one function run in the order they were attached); a floor ratio is \
+         the median of the passes' own ratios.\n"
+    );
     if above_twin {
         super::tried::section(s, "control-path-vs-bpftrace", "at or below bpftrace");
     }
@@ -223,38 +258,45 @@ pub fn section(s: &mut String, lab: &LabResults) {
 
 #[cfg(test)]
 mod tests {
-    use super::{find, floor_verdict};
-
-    fn at(ns: f64) -> Option<(String, f64, f64)> {
-        Some(("h".to_string(), ns, 100.0))
-    }
+    use super::{find, floor_ratios, floor_verdict};
+    use crate::bench::lab::LabResults;
 
     #[test]
     fn a_fentry_program_is_held_to_the_empty_fentry_program() {
-        let v = floor_verdict(
-            at(380.0).as_ref(),
-            at(150.0).as_ref(),
-            at(200.0).as_ref(),
-            true,
-        );
+        let v = floor_verdict(Some(2.5), Some(1.9), true);
         assert_eq!(
             v,
             "yes (1.9× of the empty fentry; 2.5× of the empty kprobe)"
         );
-        let v = floor_verdict(
-            at(380.0).as_ref(),
-            at(150.0).as_ref(),
-            at(200.0).as_ref(),
-            false,
-        );
+        let v = floor_verdict(Some(2.5), Some(1.9), false);
         assert_eq!(
             v,
             "**no** (2.5× of the empty kprobe; 1.9× of the empty fentry)"
         );
-        // No empty fentry program measured: the kprobe's, said so.
-        let v = floor_verdict(at(380.0).as_ref(), at(200.0).as_ref(), None, true);
-        assert_eq!(v, "yes (1.9× of the empty kprobe)");
-        assert_eq!(floor_verdict(None, at(200.0).as_ref(), None, true), "—");
+        // No empty fentry program measured: the kprobe's.
+        assert_eq!(
+            floor_verdict(Some(1.9), None, true),
+            "yes (1.9× of the empty kprobe)"
+        );
+        assert_eq!(floor_verdict(None, None, true), "—");
+    }
+
+    #[test]
+    fn floor_ratios_are_taken_pass_by_pass() {
+        let text = "prog_ns side:rxe_xmit_packet 1 400\nprog_runs side:rxe_xmit_packet 1 10\n\
+                    prog_ns floor_fentry:rxe_xmit_packet 1 200\nprog_runs floor_fentry:rxe_xmit_packet 1 10\n\
+                    prog_ns side:rxe_xmit_packet 2 300\nprog_runs side:rxe_xmit_packet 2 10\n\
+                    prog_ns floor_fentry:rxe_xmit_packet 2 100\nprog_runs floor_fentry:rxe_xmit_packet 2 10\n\
+                    prog_ns side:rxe_xmit_packet 3 330\nprog_runs side:rxe_xmit_packet 3 10\n\
+                    prog_ns floor_fentry:rxe_xmit_packet 3 300\nprog_runs floor_fentry:rxe_xmit_packet 3 10\n\
+                    prog_ns floor:rxe_xmit_packet 1 100\nprog_runs floor:rxe_xmit_packet 1 10\n\
+                    done - - 1\n";
+        let lab = LabResults::parse(text, 5, "k".into()).expect("parses");
+        let (k, f, n) = floor_ratios(&lab, "rxe_xmit_packet");
+        // Passes 2.0, 3.0 and 1.1: the median of the ratios, not a ratio of medians (330/200).
+        assert_eq!(f, Some(2.0));
+        assert_eq!(k, Some(4.0), "one pass had an empty kprobe");
+        assert_eq!(n, 3);
     }
 
     #[test]
