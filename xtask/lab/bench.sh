@@ -107,11 +107,28 @@ tracer_usage() {
     put cpu_ms "$tool" "$round" "$(awk -v t="$tck" '{print ($14 + $15) * 1000 / t}' /proc/$tpid/stat)"
 }
 
+# A TCP storm on loopback: 5000 one-byte sends and receives on one connection, so that the
+# socket hooks' programs run thousands of times (with a few hundred runs, a program's time per
+# run is mostly the emulator translating its code on first use, the bigger program more).
+tcp_storm() {
+    python3 - <<'PY' || say "the TCP storm failed"
+import socket
+lst = socket.socket()
+lst.bind(("127.0.0.1", 0))
+lst.listen(1)
+c = socket.create_connection(lst.getsockname())
+s, _ = lst.accept()
+for _ in range(5000):
+    c.sendall(b"x")
+    s.recv(1)
+PY
+}
+
 # Control-path churn under a tracer, so that its control-path programs run hundreds of times a
 # round: with a handful of runs, a program's time per run is mostly the emulator translating
 # its code the first time (TCG), not the program. QPs created, brought to INIT and destroyed,
 # CQs created and memory registered (verbs, restrack, umem), processes forked, exec'd and
-# exited, loopback TCP connections opened, used and closed.
+# exited, loopback TCP connections opened, used and closed, and a TCP storm.
 churn() {
     "$w/rt-manyqp" --dev rxe0 --qps 200 --cqs 200 --mrs 200 --hold 0 >/dev/null ||
         say "rt-manyqp failed in the churn"
@@ -129,6 +146,7 @@ for _ in range(200):
     s.close()
     c.close()
 PY
+    tcp_storm
 }
 
 # SIGINT the tracer after reading each of its programs' cost (bpf_stats) per hook.
@@ -191,7 +209,7 @@ for round in $(seq "$rounds"); do
 done
 
 # The floor, side by side: rdmatrace and empty programs on the per-packet and per-completion
-# hooks, all attached at once through a perftest pass, so that each program and the floor it
+# hooks, all attached at once through a perftest pass and a TCP storm, so that each program and the floor it
 # is held to run on the same packets at the same time (a floor measured in a pass of its own
 # moved up to 1.8x between bench runs while the programs did not). Two empty programs per
 # hook: a kprobe (tracepoint on the socket hooks), and an fentry program on the rxe functions,
@@ -233,6 +251,7 @@ if [ $stats = 1 ]; then
         fi
         perf ib_write_bw -s 65536 -n 500 >/dev/null
         perf ib_send_lat -s 2 -n 1000 >/dev/null
+        tcp_storm
         python3 xtask/lab/bpfstats.py "$side_pid" side "$round" "$out/doctor.json" >>"$res" ||
             say "bpf_stats of rdmatrace beside the floor could not be read"
         python3 xtask/lab/bpfstats.py "$floor_pid" floor "$round" >>"$res" ||

@@ -155,14 +155,14 @@ pub fn section(s: &mut String, lab: &LabResults) {
         s,
         "Each program's run time per run (ns, median over rounds; runs per round in brackets) as \
          the kernel accounts it with `kernel.bpf_stats_enabled=1`, read with `bpftool` \
-         (`xtask/lab/bpfstats.py`) before each tracer stops, after the round's perftest runs \
-         and the control-path churn (without the churn, control-path programs ran a handful of \
+         (`xtask/lab/bpfstats.py`) before each tracer stops, after the round's perftest runs, \
+         the control-path churn and a TCP storm (5000 one-byte sends on loopback; without the churn, control-path programs ran a handful of \
          times a round and their time per run was mostly TCG translating their code on first \
          use); a hook with an entry and a return \
          program counts both; a program on several hooks (`a+b`) is compared with the other programs \
          on those hooks taken together (runs summed, time per run weighted by runs).\n\n\
-         The floor is measured side by side: extra perftest passes (`ib_write_bw`, \
-         `ib_send_lat`) each with rdmatrace and empty bpftrace programs on the per-packet hooks \
+         The floor is measured side by side: extra passes of perftest \
+         (`ib_write_bw`, `ib_send_lat`) and the TCP storm, each with rdmatrace and empty bpftrace programs on the per-packet hooks \
          attached at once, so that a program and the empty ones run on the same packets at \
          the same time: an empty kprobe (a tracepoint on the socket hooks) and, on the rxe \
          functions, an empty fentry program (bpftrace's `kfunc:`). A per-packet hook is \
