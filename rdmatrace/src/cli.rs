@@ -97,9 +97,9 @@ pub struct RecordArgs {
     /// Overwrite the output file if it exists.
     #[arg(long)]
     pub force: bool,
-    /// Stop after this many seconds.
-    #[arg(long, short = 'd')]
-    pub duration: Option<f64>,
+    /// Stop after this long (`90`, `90s`, `5m`, `500ms`; plain numbers are seconds).
+    #[arg(long, short = 'd', value_parser = parse_duration)]
+    pub duration: Option<Duration>,
     /// Only this process (and nothing else); filtered in the kernel.
     #[arg(long, short = 'p', conflicts_with = "command")]
     pub pid: Option<u32>,
@@ -170,9 +170,9 @@ pub struct VerdictArgs {
     /// per cgroup) with its processes' evidence summed.
     #[arg(long, value_enum, default_value_t = VerdictBy::Process)]
     pub by: VerdictBy,
-    /// Watch this many seconds (default: until Ctrl-C or the command exits).
-    #[arg(long, short = 'd')]
-    pub duration: Option<f64>,
+    /// Watch this long (`90`, `90s`, `5m`; default: until Ctrl-C or the command exits).
+    #[arg(long, short = 'd', value_parser = parse_duration)]
+    pub duration: Option<Duration>,
     /// `--format json`: one {"type":"verdict","data":{pid,comm,verdict,evidence}} line per process.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -194,7 +194,7 @@ impl VerdictArgs {
             pid: self.pid,
             place: self.place.filter(),
             by_container: self.by == VerdictBy::Container,
-            duration: duration(self.duration)?,
+            duration: self.duration,
             command: self.command.clone(),
             json: self.output.json(),
             probing: self.probe.to_probing(),
@@ -208,22 +208,12 @@ pub enum VerdictBy {
     Container,
 }
 
-fn duration(d: Option<f64>) -> Result<Option<Duration>, String> {
-    match d {
-        Some(d) if !(d > 0.0 && d.is_finite()) => Err(format!(
-            "--duration must be a positive number of seconds, not {d}"
-        )),
-        Some(d) => Ok(Some(Duration::from_secs_f64(d))),
-        None => Ok(None),
-    }
-}
-
 impl RecordArgs {
     pub fn to_config(&self) -> Result<RecordConfig, String> {
         Ok(RecordConfig {
             output: self.output.clone(),
             force: self.force,
-            duration: duration(self.duration)?,
+            duration: self.duration,
             pid: self.pid,
             place: self.place.filter(),
             command: self.command.clone(),
@@ -252,9 +242,9 @@ pub struct TraceArgs {
     pub qpn: Option<u32>,
     #[command(flatten)]
     pub place: PlaceArgs,
-    /// Stop after this many seconds.
-    #[arg(long, short = 'd')]
-    pub duration: Option<f64>,
+    /// Stop after this long (`90`, `90s`, `5m`, `500ms`; plain numbers are seconds).
+    #[arg(long, short = 'd', value_parser = parse_duration)]
+    pub duration: Option<Duration>,
     #[command(flatten)]
     pub probe: ProbeArgs,
     /// Replay a recording (from `rdmatrace record`) instead of tracing live; needs no privileges.
@@ -368,15 +358,7 @@ fn parse_ringbuf(s: &str) -> Result<u32, String> {
 
 impl TraceArgs {
     pub fn to_config(&self) -> Result<TraceConfig, String> {
-        let duration = match self.duration {
-            Some(d) if !(d > 0.0 && d.is_finite()) => {
-                return Err(format!(
-                    "--duration must be a positive number of seconds, not {d}"
-                ))
-            }
-            Some(d) => Some(Duration::from_secs_f64(d)),
-            None => None,
-        };
+        let duration = self.duration;
         Ok(TraceConfig {
             filter: Filter {
                 pid: self.pid,

@@ -67,6 +67,14 @@ fn bad_arguments_are_rejected_before_loading() {
     let out = run(&["trace", "--duration", "0"]);
     assert!(!out.status.success());
     assert!(out.stderr.contains("--duration"), "{}", out.stderr);
+    // Units are taken (`-d 30s`, `-d 5m`); one it does not know is named with the known ones.
+    let out = run(&["trace", "-d", "30x"]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("unknown unit") && out.stderr.contains("ms, s, m, h or d"),
+        "{}",
+        out.stderr
+    );
     let out = run(&["trace", "--ringbuf-size", "5000"]);
     assert!(!out.status.success());
     assert!(out.stderr.contains("power of two"), "{}", out.stderr);

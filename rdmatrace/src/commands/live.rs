@@ -4,7 +4,7 @@
 //! `--duration` and, for `-- CMD`, the command — into a [`Stage`] ([`Live::run`]), and say
 //! what was lost at the end ([`Live::loss_advice`]).
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::Context as _;
 use tokio::{
@@ -133,9 +133,13 @@ impl Live {
         self.source.lost_total()
     }
 
-    /// The loss advice at exit: the total, where it happened, and the remedy.
+    /// The loss advice at exit: the total, where it happened, and the remedy; then the runs
+    /// the kernel skipped, by program.
     pub fn loss_advice(&self) {
         loss_advice(self.source.lost_total(), &self.source.lost_per_cpu());
+        if let Some(text) = self.tracer.missed_runs().as_ref().and_then(missed_text) {
+            eprintln!("{text}");
+        }
     }
 }
 
@@ -319,6 +323,24 @@ pub fn loss_text(lost: u64, per_cpu: &[u64]) -> Option<String> {
     ))
 }
 
+/// `None` when nothing was skipped; otherwise the message: the total and the programs that
+/// missed runs, most first.
+pub fn missed_text(missed: &BTreeMap<String, u64>) -> Option<String> {
+    let total: u64 = missed.values().sum();
+    if total == 0 {
+        return None;
+    }
+    let mut by: Vec<(&String, &u64)> = missed.iter().filter(|(_, n)| **n > 0).collect();
+    by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let list: Vec<String> = by.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    Some(format!(
+        "rdmatrace: the kernel skipped {total} runs of rdmatrace's programs (another BPF program \
+         was running on that CPU at the time): {}; the totals those programs keep (per-QP \
+         traffic, socket bytes) are short by as many packets or calls",
+        list.join(", ")
+    ))
+}
+
 /// The sampler every live command uses: kernel aggregates, sysfs port counters and, when the
 /// kernel has RDMA netlink, the QP resource table (and per-QP counters, bound only with
 /// `bind_qp_counters`). A source that cannot open is said once; the rest still sample.
@@ -385,7 +407,9 @@ fn spawn_traced(
 
 #[cfg(test)]
 mod tests {
-    use super::loss_text;
+    use std::collections::BTreeMap;
+
+    use super::{loss_text, missed_text};
 
     #[test]
     fn loss_text_names_the_cpus_that_dropped_and_the_remedy() {
@@ -394,5 +418,19 @@ mod tests {
         assert!(t.contains("5 events were dropped"), "{t}");
         assert!(t.contains("(per CPU: cpu1 3, cpu3 2)"), "{t}");
         assert!(t.contains("--ringbuf-size"), "{t}");
+    }
+
+    #[test]
+    fn skipped_runs_are_said_most_first_and_nothing_when_none() {
+        let mut m = BTreeMap::from([("rxe_xmit".to_string(), 0u64)]);
+        assert_eq!(missed_text(&m), None);
+        m.insert("rxe_recv".into(), 3);
+        m.insert("tcp_send_btf".into(), 12);
+        let t = missed_text(&m).expect("some skipped");
+        assert!(
+            t.contains("skipped 15 runs") && t.contains(": tcp_send_btf 12, rxe_recv 3;"),
+            "{t}"
+        );
+        assert!(!t.contains("rxe_xmit"), "{t}");
     }
 }

@@ -72,5 +72,6 @@ async fn run_async(cfg: &VerdictConfig) -> anyhow::Result<ExitCode> {
         .await?;
     stage.warn_undecodable("");
     let sink = stage.finish().context("cannot write output")?;
+    live.loss_advice();
     Ok(exit(&sink))
 }

@@ -10,7 +10,7 @@ use std::{
     collections::{HashMap, HashSet},
     ffi::CString,
     io,
-    os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd},
 };
 
 use aya::{
@@ -18,7 +18,7 @@ use aya::{
     Ebpf,
 };
 use aya_obj::generated::{
-    bpf_attach_type, bpf_attr, bpf_btf_info, bpf_cmd, bpf_insn, bpf_prog_type,
+    bpf_attach_type, bpf_attr, bpf_btf_info, bpf_cmd, bpf_insn, bpf_prog_info, bpf_prog_type,
 };
 
 /// `BPF_CLASS(code) == BPF_LDX`.
@@ -261,4 +261,24 @@ pub(super) fn attach_one(prog: &OwnedFd) -> io::Result<OwnedFd> {
     let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
     attr.raw_tracepoint.prog_fd = prog.as_raw_fd() as u32;
     sys_bpf_fd(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
+}
+
+/// How many times the kernel skipped program `prog` because a BPF program was already running
+/// on that CPU (`bpf_prog_info.recursion_misses`: Linux 5.12+; kprobe and raw tracepoint
+/// programs are counted from Linux 6.7 on, fentry and tp_btf ones from 5.12). `None` when the
+/// kernel does not say (an older `bpf_prog_info`, or the call refused).
+pub(super) fn recursion_misses(prog: BorrowedFd<'_>) -> Option<u64> {
+    // SAFETY: bpf_prog_info is a plain C struct of integers; all zero is "nothing to fill".
+    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as in `load`.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    attr.info.bpf_fd = prog.as_raw_fd() as u32;
+    attr.info.info_len = std::mem::size_of::<bpf_prog_info>() as u32;
+    attr.info.info = &mut info as *mut bpf_prog_info as u64;
+    sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
+    // The kernel writes back how much of the struct it knows.
+    // SAFETY: the `info` member is the one set above and written back by the kernel.
+    let known = unsafe { attr.info.info_len } as usize;
+    let end = std::mem::offset_of!(bpf_prog_info, recursion_misses) + std::mem::size_of::<u64>();
+    (known >= end).then_some(info.recursion_misses)
 }

@@ -8,6 +8,7 @@ mod attach;
 mod btfprog;
 pub mod copies;
 pub mod memory;
+mod misses;
 mod pass;
 mod plink;
 mod resolve;
@@ -194,7 +195,7 @@ pub struct Tracer {
     /// not use them (see `ProbeConfig::qp_slots`).
     pub slots: Option<slots::QpSlots>,
     /// The typed programs, when they count in place of the ones they replace.
-    _typed: Option<typed::TypedLinks>,
+    typed: Option<typed::TypedLinks>,
 }
 
 /// True when the kernel can create kprobe perf events at all.
@@ -370,7 +371,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         report,
         links,
         slots,
-        _typed: typed,
+        typed,
     })
 }
 

@@ -6,7 +6,11 @@
 //! replaces is then unloaded and stands by (`rdmatrace doctor` lists both). Any refusal leaves
 //! the replaced programs counting, with a note.
 
-use std::{collections::HashMap, ffi::CString, os::fd::OwnedFd};
+use std::{
+    collections::HashMap,
+    ffi::CString,
+    os::fd::{AsFd as _, BorrowedFd, OwnedFd},
+};
 
 use aya::Ebpf;
 use aya_obj::generated::bpf_insn;
@@ -36,7 +40,15 @@ const MODULE: &str = "rdma_rxe";
 
 /// The programs loaded and attached; dropping it detaches them.
 pub struct TypedLinks {
-    _fds: Vec<OwnedFd>,
+    /// Each program (by name; one per target) and its link.
+    programs: Vec<(&'static str, OwnedFd, OwnedFd)>,
+}
+
+impl TypedLinks {
+    /// Each loaded program, by name (a name once per function it is attached to).
+    pub fn programs(&self) -> impl Iterator<Item = (&'static str, BorrowedFd<'_>)> {
+        self.programs.iter().map(|(n, p, _)| (*n, p.as_fd()))
+    }
 }
 
 /// The placeholders of program `name` and their offsets in this kernel; why not, when one is
@@ -143,7 +155,7 @@ impl Switch {
         module: Option<&OwnedFd>,
         cfg: &ProbeConfig,
         phases: &mut Phases,
-    ) -> Result<Vec<OwnedFd>, String> {
+    ) -> Result<Vec<(&'static str, OwnedFd, OwnedFd)>, String> {
         let mut fds = Vec::new();
         for &(name, _, targets) in self.programs {
             let (insns, license) = progs
@@ -161,8 +173,7 @@ impl Switch {
                 phases.mark("typed programs: verified");
                 let link = attach_one(&prog).map_err(|e| format!("attaching {name}: {e}"))?;
                 phases.mark("typed programs: attached");
-                fds.push(prog);
-                fds.push(link);
+                fds.push((name, prog, link));
             }
         }
         Ok(fds)
@@ -304,7 +315,7 @@ pub(super) fn replace(
         });
     }
     report.probes.extend(added);
-    Some(TypedLinks { _fds: fds })
+    Some(TypedLinks { programs: fds })
 }
 
 #[cfg(test)]
