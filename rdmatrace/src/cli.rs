@@ -454,6 +454,10 @@ impl ServeArgs {
 /// `90`, `90s`, `5m`, `2h`, `1d`, `500ms`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
+    // A plain number of seconds in any form a float takes (`30`, `0.5`, `1e3`).
+    if let Ok(secs) = s.parse::<f64>() {
+        return positive(s, secs);
+    }
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
@@ -473,10 +477,58 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             ))
         }
     };
-    if !(secs.is_finite() && secs > 0.0) {
-        return Err(format!("{s:?} must be a positive duration"));
+    positive(s, secs)
+}
+
+/// `secs` as a duration when it is one and above zero.
+fn positive(s: &str, secs: f64) -> Result<Duration, String> {
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!("{s:?} must be a positive duration")),
+        Err(_) if secs > 0.0 => Err(format!("{s:?} is too long a duration")),
+        Err(_) => Err(format!("{s:?} must be a positive duration")),
     }
-    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_take_units_and_every_plain_number_of_seconds() {
+        for (text, secs) in [
+            ("30", 30.0),
+            ("0.5", 0.5),
+            ("1e3", 1000.0),
+            ("+5", 5.0),
+            ("30s", 30.0),
+            ("500ms", 0.5),
+            ("5m", 300.0),
+            ("2h", 7200.0),
+            ("1d", 86400.0),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_secs_f64(secs)),
+                "{text}"
+            );
+        }
+        for bad in [
+            "0",
+            "-1",
+            "0s",
+            "1e-12",
+            "x",
+            "5x",
+            "",
+            "1e300",
+            "300000000000000000000d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad} accepted");
+        }
+    }
 }
 
 /// `1G`, `512M`, `64K`, `1000000` (bytes; powers of 1024).

@@ -224,20 +224,26 @@ if [ $stats = 1 ]; then
     FENTRY_HOOKS=rxe_xmit_packet,rxe_comp_queue_pkt,rxe_resp_queue_pkt,rxe_cq_post
     BT_FENTRY="BEGIN { printf(\"Tracing\\n\"); } kfunc:rdma_rxe:${FENTRY_HOOKS//,/, kfunc:rdma_rxe:} { }"
     # Sets the pid variable named $1 once the tracer $2 (a log name) printed its ready line;
-    # the rest is its command. Returns 1 (and says why) when it died first.
+    # the rest is its command. Returns 1 (and says why) when it died first or is not ready in
+    # 5 minutes (then stopped).
     start_side() {
-        local var=$1 name=$2 log=$out/$2.log pid
+        local var=$1 name=$2 log=$out/$2.log pid deadline=$(($(date +%s) + 300))
         shift 2
         "$@" >"$log" 2>&1 &
         pid=$!
         until grep -q -e "^Tracing" -e "Hit Ctrl-C to end" "$log"; do
             kill -0 "$pid" 2>/dev/null || { say "the $name tracer died:"; cat "$log" >&2; return 1; }
+            if [ "$(date +%s)" -gt "$deadline" ]; then
+                say "the $name tracer was not ready in 5 minutes:"; cat "$log" >&2
+                kill -9 "$pid"; return 1
+            fi
             sleep 0.05
         done
         printf -v "$var" %d "$pid"
     }
-    # Three passes; the order the tracers attach in alternates (programs on one function run
-    # in attach order), so that no tool always runs first.
+    # Three passes; the order the tracers attach in alternates (programs of one kind on one
+    # function run in attach order: two kprobes, or two fentry programs on its trampoline), so
+    # that no tool always runs first.
     for round in 1 2 3; do
         side_pid= floor_pid= fentry_pid=
         if [ $((round % 2)) = 1 ]; then

@@ -82,6 +82,9 @@ def main():
             hook = "uprobe:" + str(e.get("filename", "?")).rsplit("/", 1)[-1] + "+" + str(e.get("offset"))
         add(hook, e.get("prog_id"))
     for link in bpftool("link", "show"):
+        owners = [p.get("pid") for p in link.get("pids", [])]
+        if owners and pid not in owners:
+            continue  # another process's (when this bpftool shows owners)
         if link.get("type") == "perf_event" and by_doctor:
             if link.get("prog_id") in others:
                 continue
@@ -89,14 +92,13 @@ def main():
             if hook:
                 add(hook, link.get("prog_id"))
             continue
-        # fentry (and tp_btf) links: bpftool 7.1 may show neither their owner nor their function; doctor names
-        # the program (only the tool whose doctor output is given has programs of those names).
+        # fentry (and tp_btf) links: bpftool 7.1 may show neither their owner nor their function; doctor
+        # (or the hooks= list) names the program (only the tool given them has programs of those names).
         prog_name = progs.get(link.get("prog_id"), {}).get("name")
-        if link.get("type") in ("tracing", "raw_tracepoint") and not link.get("pids") \
-                and named.get(prog_name):
+        if link.get("type") in ("tracing", "raw_tracepoint") and named.get(prog_name):
             add(named[prog_name], link.get("prog_id"))
             continue
-        if pid not in [p.get("pid") for p in link.get("pids", [])]:
+        if pid not in owners:
             continue
         if link.get("type") in ("raw_tracepoint", "tracing"):
             prog = progs.get(link.get("prog_id"), {})

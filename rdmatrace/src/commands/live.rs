@@ -333,10 +333,12 @@ pub fn missed_text(missed: &BTreeMap<String, u64>) -> Option<String> {
     let mut by: Vec<(&String, &u64)> = missed.iter().filter(|(_, n)| **n > 0).collect();
     by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let list: Vec<String> = by.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    let runs = if total == 1 { "run" } else { "runs" };
     Some(format!(
-        "rdmatrace: the kernel skipped {total} runs of rdmatrace's programs (another BPF program \
-         was running on that CPU at the time): {}; the totals those programs keep (per-QP \
-         traffic, socket bytes) are short by as many packets or calls",
+        "rdmatrace: the kernel skipped {total} {runs} of rdmatrace's programs (hit while a BPF \
+         program or probe handler was already running on that CPU): {}; each is a packet or \
+         call missing from the per-QP traffic or socket byte totals, or an event missing from \
+         the trace",
         list.join(", ")
     ))
 }
@@ -424,6 +426,9 @@ mod tests {
     fn skipped_runs_are_said_most_first_and_nothing_when_none() {
         let mut m = BTreeMap::from([("rxe_xmit".to_string(), 0u64)]);
         assert_eq!(missed_text(&m), None);
+        m.insert("rxe_recv".into(), 1);
+        let one = missed_text(&m).expect("one skipped");
+        assert!(one.contains("skipped 1 run of"), "{one}");
         m.insert("rxe_recv".into(), 3);
         m.insert("tcp_send_btf".into(), 12);
         let t = missed_text(&m).expect("some skipped");

@@ -1,4 +1,4 @@
-//! `rdmatrace record -o FILE [--force] [--duration S] [--pid P] [-- CMD ARGS...]`: every event
+//! `rdmatrace record -o FILE [--force] [--duration D] [--pid P] [-- CMD ARGS...]`: every event
 //! into a recording (crash-safe chunks, see `recording`), for `trace --input`, `report`, ...
 //! later. An existing FILE is left alone unless `--force`. With CMD: run it, trace it and its
 //! descendants until it exits, and exit with its status.

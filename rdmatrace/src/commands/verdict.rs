@@ -1,4 +1,4 @@
-//! `rdmatrace verdict [--pid P | --duration S | -- CMD | --input FILE]`: watch (or replay a
+//! `rdmatrace verdict [--pid P | --duration D | -- CMD | --input FILE]`: watch (or replay a
 //! recording), then say per process whether its data moved over RDMA, fell back to TCP, or
 //! both, with the evidence. Exit status 3 when any watched process fell back to TCP, for
 //! scripts (2 when the recording was damaged).

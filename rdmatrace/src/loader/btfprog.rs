@@ -18,7 +18,8 @@ use aya::{
     Ebpf,
 };
 use aya_obj::generated::{
-    bpf_attach_type, bpf_attr, bpf_btf_info, bpf_cmd, bpf_insn, bpf_prog_info, bpf_prog_type,
+    bpf_attach_type, bpf_attr, bpf_btf_info, bpf_cmd, bpf_insn, bpf_link_info, bpf_link_type,
+    bpf_perf_event_type, bpf_prog_info, bpf_prog_type,
 };
 
 /// `BPF_CLASS(code) == BPF_LDX`.
@@ -263,10 +264,9 @@ pub(super) fn attach_one(prog: &OwnedFd) -> io::Result<OwnedFd> {
     sys_bpf_fd(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
 }
 
-/// How many times the kernel skipped program `prog` because a BPF program was already running
-/// on that CPU (`bpf_prog_info.recursion_misses`: Linux 5.12+; kprobe and raw tracepoint
-/// programs are counted from Linux 6.7 on, fentry and tp_btf ones from 5.12). `None` when the
-/// kernel does not say (an older `bpf_prog_info`, or the call refused).
+/// How many times the kernel skipped program `prog` (`bpf_prog_info.recursion_misses`, which
+/// kernels count for more kinds of programs as they get newer: fentry programs from Linux
+/// 5.12). `None` when the kernel does not say (an older `bpf_prog_info`, or the call refused).
 pub(super) fn recursion_misses(prog: BorrowedFd<'_>) -> Option<u64> {
     // SAFETY: bpf_prog_info is a plain C struct of integers; all zero is "nothing to fill".
     let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
@@ -281,4 +281,35 @@ pub(super) fn recursion_misses(prog: BorrowedFd<'_>) -> Option<u64> {
     let known = unsafe { attr.info.info_len } as usize;
     let end = std::mem::offset_of!(bpf_prog_info, recursion_misses) + std::mem::size_of::<u64>();
     (known >= end).then_some(info.recursion_misses)
+}
+
+/// How many times the kprobe of perf link `link` was hit but not run (`bpf_link_info`'s
+/// `perf_event.kprobe.missed`, Linux 6.7+: a kprobe hit while another kprobe's handler runs on
+/// that CPU is dropped before any program). `None` for another kind of link, a perf event
+/// descriptor (kernels before perf links) or an older kernel.
+pub(super) fn kprobe_missed(link: BorrowedFd<'_>) -> Option<u64> {
+    // SAFETY: bpf_link_info is a plain C struct of integers and unions of them; all zero asks
+    // for no names.
+    let mut info: bpf_link_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as in `load`.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    attr.info.bpf_fd = link.as_raw_fd() as u32;
+    attr.info.info_len = std::mem::size_of::<bpf_link_info>() as u32;
+    attr.info.info = &mut info as *mut bpf_link_info as u64;
+    sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
+    if info.type_ != bpf_link_type::BPF_LINK_TYPE_PERF_EVENT as u32 {
+        return None;
+    }
+    // SAFETY: a perf link's info is the `perf_event` member; its `kprobe` member for the two
+    // kprobe types checked first.
+    unsafe {
+        let pe = info.__bindgen_anon_1.perf_event;
+        let kprobe = [
+            bpf_perf_event_type::BPF_PERF_EVENT_KPROBE as u32,
+            bpf_perf_event_type::BPF_PERF_EVENT_KRETPROBE as u32,
+        ];
+        kprobe
+            .contains(&pe.type_)
+            .then_some(pe.__bindgen_anon_1.kprobe.missed)
+    }
 }

@@ -242,12 +242,17 @@ pub fn section(s: &mut String, lab: &LabResults) {
             cell(ff.as_ref())
         );
     }
-    let _ = writeln!(
-        s,
-        "\nSide by side: medians over the {passes} passes (the tracers attached in alternating \
-         order: programs on one function run in the order they were attached); a floor ratio is \
-         the median of the passes' own ratios.\n"
-    );
+    if passes > 0 {
+        let _ = writeln!(
+            s,
+            "\nSide by side: medians over the {passes} passes (the tracers attached in \
+             alternating order: programs of one kind on one function, two kprobes or two fentry \
+             programs, run in the order they were attached); a floor ratio is the median of the \
+             passes' own ratios.\n"
+        );
+    } else {
+        s.push('\n');
+    }
     if above_twin {
         super::tried::section(s, "control-path-vs-bpftrace", "at or below bpftrace");
     }
