@@ -263,6 +263,12 @@ fn lab_serve_is_scraped_by_prometheus_with_container_and_pod_labels() {
     until("rdmatrace_incidents_total{kind=\"qp_err\"} >= 1", |r| {
         !r.is_empty()
     });
+    // The kernel's skipped-run counts, a series per program: the rxe transmit program's is
+    // there (at 0 or more) on every lab kernel (its kprobe on 6.1, its fentry twin on 6.12).
+    until(
+        "rdmatrace_program_runs_missed_total{program=~\"rxe_xmit.*\"} >= 0",
+        |r| !r.is_empty(),
+    );
 
     // promtool accepts the live exposition.
     let (status, _, body) = http(&addr, "GET", "/metrics", &[]);

@@ -3,9 +3,13 @@
 //! ([`crate::sinks::metrics`]); `--input FILE` serves a recording's metrics instead (no
 //! privileges: tests, demos, a recording brought from another host).
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
+use std::{
+    collections::BTreeMap, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc,
+    time::Duration,
+};
 
 use anyhow::Context as _;
+use prometheus_client::metrics::{counter::Counter, family::Family};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
@@ -15,8 +19,9 @@ use crate::{
     correlate::filter::Filter,
     exporter::{self, Exporter},
     flight::{FlightConfig, FlightRecorder},
+    loader::misses::MissedRuns,
     replay,
-    sinks::metrics::{Families, Limits, MetricsSink},
+    sinks::metrics::{Families, Limits, MetricsSink, ProgramLabels},
 };
 
 /// Where `serve` listens unless told otherwise: loopback only.
@@ -103,15 +108,38 @@ async fn serve_live(
     };
     let sink = (MetricsSink::new(families.clone(), cfg.limits), flight);
     let mut stage = live.stage(anchor, cfg.filter.clone(), sink);
+    let missed = tokio::spawn(count_missed_runs(
+        live.tracer.missed_reader(),
+        families.missed_runs.clone(),
+    ));
     families.up.set(1);
     exporter.set_ready();
-    live.run(&mut stage, &ready_line(exporter.addr), None, None)
-        .await?;
+    let ran = live
+        .run(&mut stage, &ready_line(exporter.addr), None, None)
+        .await;
+    missed.abort();
+    ran?;
     families.up.set(0);
     stage.warn_undecodable("");
     let _ = stage.finish();
     live.loss_advice();
     Ok(ExitCode::SUCCESS)
+}
+
+/// Keeps `rdmatrace_program_runs_missed_total` up with the kernel's counts, every few seconds
+/// (a series per program from the start, at 0, so that alerts find them).
+async fn count_missed_runs(reader: MissedRuns, family: Family<ProgramLabels, Counter>) {
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        for (program, n) in reader.read().unwrap_or_default() {
+            let before = seen.insert(program.clone(), n).unwrap_or(0);
+            family
+                .get_or_create(&ProgramLabels { program })
+                .inc_by(n.saturating_sub(before));
+        }
+    }
 }
 
 /// Says `ready` once SIGTERM, SIGINT and SIGHUP are handled, then waits for one.

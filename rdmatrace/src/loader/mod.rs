@@ -8,7 +8,7 @@ mod attach;
 mod btfprog;
 pub mod copies;
 pub mod memory;
-mod misses;
+pub mod misses;
 mod pass;
 mod plink;
 mod resolve;

@@ -83,6 +83,12 @@ pub const INCIDENT_KINDS: [&str; 5] = [
     "retransmit_burst",
 ];
 
+/// One of rdmatrace's eBPF programs, by name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgramLabels {
+    pub program: String,
+}
+
 /// The metric families (cheap handles: clones share the values).
 #[derive(Clone, Default)]
 pub struct Families {
@@ -98,6 +104,8 @@ pub struct Families {
     pub lost: Counter,
     pub incidents: Family<KindLabels, Counter>,
     pub series_dropped: Counter,
+    /// Runs of each eBPF program the kernel skipped (live only; read from the kernel).
+    pub missed_runs: Family<ProgramLabels, Counter>,
     pub up: Gauge,
     pub processes: Gauge,
 }
@@ -165,6 +173,11 @@ impl Families {
             "rdmatrace_series_dropped",
             "Per-process series not created because --max-series was reached",
             f.series_dropped.clone(),
+        );
+        r.register(
+            "rdmatrace_program_runs_missed",
+            "Runs of rdmatrace's eBPF programs the kernel skipped (hit while a BPF program or probe handler was already running on that CPU), by program: packets or calls missing from the traffic and byte totals, or events missing",
+            f.missed_runs.clone(),
         );
         r.register(
             "rdmatrace_up",
