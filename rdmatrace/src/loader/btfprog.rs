@@ -270,17 +270,22 @@ pub(super) fn attach_one(prog: &OwnedFd) -> io::Result<OwnedFd> {
 pub(super) fn recursion_misses(prog: BorrowedFd<'_>) -> Option<u64> {
     // SAFETY: bpf_prog_info is a plain C struct of integers; all zero is "nothing to fill".
     let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
-    // SAFETY: as in `load`.
-    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
-    attr.info.bpf_fd = prog.as_raw_fd() as u32;
-    attr.info.info_len = std::mem::size_of::<bpf_prog_info>() as u32;
-    attr.info.info = &mut info as *mut bpf_prog_info as u64;
-    sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
-    // The kernel writes back how much of the struct it knows.
-    // SAFETY: the `info` member is the one set above and written back by the kernel.
-    let known = unsafe { attr.info.info_len } as usize;
+    let known = obj_info(prog, &mut info)?;
     let end = std::mem::offset_of!(bpf_prog_info, recursion_misses) + std::mem::size_of::<u64>();
     (known >= end).then_some(info.recursion_misses)
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` of `fd` into `info` (a kernel info struct, zeroed by the caller):
+/// how many of its bytes the kernel knows and wrote.
+fn obj_info<T>(fd: BorrowedFd<'_>, info: &mut T) -> Option<usize> {
+    // SAFETY: as in `load`.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    attr.info.bpf_fd = fd.as_raw_fd() as u32;
+    attr.info.info_len = std::mem::size_of::<T>() as u32;
+    attr.info.info = info as *mut T as u64;
+    sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
+    // SAFETY: the `info` member is the one set above and written back by the kernel.
+    Some(unsafe { attr.info.info_len } as usize)
 }
 
 /// How many times the kprobe of perf link `link` was hit but not run (`bpf_link_info`'s
@@ -291,12 +296,7 @@ pub(super) fn kprobe_missed(link: BorrowedFd<'_>) -> Option<u64> {
     // SAFETY: bpf_link_info is a plain C struct of integers and unions of them; all zero asks
     // for no names.
     let mut info: bpf_link_info = unsafe { std::mem::zeroed() };
-    // SAFETY: as in `load`.
-    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
-    attr.info.bpf_fd = link.as_raw_fd() as u32;
-    attr.info.info_len = std::mem::size_of::<bpf_link_info>() as u32;
-    attr.info.info = &mut info as *mut bpf_link_info as u64;
-    sys_bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
+    obj_info(link, &mut info)?;
     if info.type_ != bpf_link_type::BPF_LINK_TYPE_PERF_EVENT as u32 {
         return None;
     }
