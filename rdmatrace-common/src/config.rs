@@ -188,6 +188,10 @@ pub struct ProbeConfig {
     /// QP destroy probe, which frees a QP's slot, is attached. Zero: every packet goes through
     /// the `QP_TRAFFIC` hash, as before the slots.
     pub qp_slots: u32,
+    /// Non-zero when the socket byte programs may count in `SOCK_SLOTS` (see
+    /// [`crate::event::SockSlot`]): set by user space once the slots are read (mapped). Zero:
+    /// every send and receive goes through the `TCP_BYTES` hash.
+    pub sock_slots: u32,
     /// Which kprobes and raw tracepoints the BTF-typed programs (fentry, tp_btf) run in place
     /// of: [`TYPED_RXE_PACKETS`] (`rxe_xmit`, `rxe_recv` by `rxe_xmit_f`, `rxe_recv_f`),
     /// [`TYPED_RXE_CQ_POST`] (`rxe_cq_post` by `rxe_cq_post_f`), [`TYPED_SOCK`]
@@ -208,7 +212,7 @@ pub struct ProbeConfig {
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 61 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 62 * 4);
 
 /// [`ProbeConfig::typed`]: the rxe packets are counted by the fentry programs.
 pub const TYPED_RXE_PACKETS: u32 = 1;
@@ -342,6 +346,7 @@ impl ProbeConfig {
             mnt_ns_inum: U,
             own_mnt_ns: 0,
             qp_slots: 0,
+            sock_slots: 0,
             typed: 0,
             typed_ids: [U; 6],
             ready: 1,

@@ -7,11 +7,12 @@ use aya_ebpf::{
 use rdmatrace_common::{
     config::ProbeConfig,
     event::{
-        CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpSlot, QpTraffic, TcpBytes, TcpPeerKey,
+        CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpSlot, QpTraffic, SockSlot, TcpBytes,
+        TcpPeerKey,
     },
     limits::{
         MAX_CGROUPS, MAX_CQS, MAX_INFLIGHT, MAX_PROCESSES, MAX_QPS, MAX_SOCKETS, MAX_TRACED,
-        QP_SLOTS as QP_SLOT_COUNT, RINGBUF_BYTES,
+        QP_SLOTS as QP_SLOT_COUNT, RINGBUF_BYTES, SOCK_SLOTS as SOCK_SLOT_COUNT,
     },
 };
 
@@ -100,6 +101,13 @@ const MMAPABLE: u32 = 1 << 10;
 /// slot another QP holds goes to `QP_TRAFFIC`. Read by user space through a shared mapping.
 #[map]
 pub static QP_SLOTS: Array<QpSlot> = Array::with_max_entries(QP_SLOT_COUNT, MMAPABLE);
+
+/// Per-process TCP byte totals towards one peer in slots (see `SockSlot`): the per-call path
+/// when the config allows it (an array lookup the verifier inlines, instead of a hash lookup);
+/// a process and peer whose slot another pair holds go to `TCP_BYTES`. Read and freed by user
+/// space through a shared mapping.
+#[map]
+pub static SOCK_SLOTS: Array<SockSlot> = Array::with_max_entries(SOCK_SLOT_COUNT, MMAPABLE);
 
 /// Per-CQ completion-channel notification counts (keyed by `struct ib_cq *`), added to
 /// atomically.

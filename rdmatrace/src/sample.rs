@@ -24,6 +24,8 @@ use crate::{
     wire::{fixed, header, pod_bytes},
 };
 
+mod sock_slots;
+
 fn port_sample(p: &crate::ports::Port, ts_ns: u64) -> PortSample {
     PortSample {
         header: header(EventKind::Port, ts_ns, 0, [0; 16]),
@@ -113,6 +115,9 @@ pub struct Sampler {
     /// another holds), and the previous totals by QP address.
     slots: Option<QpSlots>,
     prev_slot: HashMap<u64, QpTraffic>,
+    /// The per-process TCP byte slots (the per-call path; `TCP_BYTES` takes a process and peer
+    /// whose slot another pair holds).
+    sock_slots: Option<sock_slots::SockSlotReader>,
     prev_cq: HashMap<u64, CqNotify>,
     prev_counters: HashMap<CounterKey, u64>,
     netlink: Option<crate::netlink::sampler::NetlinkSampler>,
@@ -146,6 +151,70 @@ fn qp_delta(prev: Option<QpTraffic>, total: QpTraffic) -> QpTraffic {
     }
 }
 
+/// What a process sent and received towards a peer since the previous total (everything when
+/// there is none).
+fn tcp_delta(prev: Option<&TcpBytes>, total: TcpBytes) -> TcpBytes {
+    let base = prev.copied().unwrap_or(TcpBytes {
+        tx_bytes: 0,
+        rx_bytes: 0,
+        tx_calls: 0,
+        rx_calls: 0,
+        ..total
+    });
+    TcpBytes {
+        tx_bytes: total.tx_bytes.saturating_sub(base.tx_bytes),
+        rx_bytes: total.rx_bytes.saturating_sub(base.rx_bytes),
+        tx_calls: total.tx_calls.saturating_sub(base.tx_calls),
+        rx_calls: total.rx_calls.saturating_sub(base.rx_calls),
+        ..total
+    }
+}
+
+/// The changes of one sample's TCP totals by process and peer, in the order first seen.
+#[derive(Default)]
+struct TcpChanges {
+    order: Vec<(u32, TcpBytes)>,
+    at: HashMap<TcpPeerKey, usize>,
+}
+
+impl TcpChanges {
+    /// Adds the change `delta` (its peer and process name in it) of process `tgid`; nothing
+    /// when it made no call.
+    fn add(&mut self, tgid: u32, delta: TcpBytes) {
+        if (delta.tx_calls | delta.rx_calls) == 0 {
+            return;
+        }
+        let key = TcpPeerKey {
+            tgid,
+            family: delta.family,
+            _pad: 0,
+            daddr: delta.daddr,
+        };
+        match self.at.get(&key) {
+            Some(&i) => {
+                let t = &mut self.order[i].1;
+                t.tx_bytes += delta.tx_bytes;
+                t.rx_bytes += delta.rx_bytes;
+                t.tx_calls += delta.tx_calls;
+                t.rx_calls += delta.rx_calls;
+            }
+            None => {
+                self.at.insert(key, self.order.len());
+                self.order.push((tgid, delta));
+            }
+        }
+    }
+
+    fn records(self, ts_ns: u64) -> impl Iterator<Item = Vec<u8>> {
+        self.order.into_iter().map(move |(tgid, bytes)| {
+            pod_bytes(&TcpBytesSample {
+                header: header(EventKind::TcpBytes, ts_ns, tgid, bytes.comm),
+                bytes,
+            })
+        })
+    }
+}
+
 /// A CQ's notifications since the previous total at its map key (all of them when that was
 /// another CQ).
 fn cq_delta(prev: Option<CqNotify>, total: CqNotify) -> CqNotify {
@@ -175,6 +244,9 @@ impl Sampler {
         if let Some(slots) = tracer.slots.take() {
             s.with_slots(slots);
         }
+        if let Some(slots) = tracer.sock_slots.take() {
+            s.with_sock_slots(slots);
+        }
         match crate::pending::Sweeper::new(tracer) {
             Ok(sweeper) => s.sweeper = Some(sweeper),
             Err(why) => s.warnings.push(format!(
@@ -201,6 +273,7 @@ impl Sampler {
             prev_qp: HashMap::new(),
             slots: None,
             prev_slot: HashMap::new(),
+            sock_slots: None,
             prev_cq: HashMap::new(),
             prev_counters: HashMap::new(),
             netlink: None,
@@ -300,37 +373,28 @@ impl Sampler {
                 out.extend(nl.poll(ts_ns));
             }
         }
+        // Per process and peer, what moved: in the hash and in the slots (a pair may be in
+        // both when its slot was taken at first and freed later), one record each.
+        let mut tcp = TcpChanges::default();
         if let Some(map) = &self.tcp {
             // Keys the kernel evicted or no longer has are forgotten here too.
             let mut seen = std::collections::HashSet::new();
             for (key, total) in map.iter().filter_map(Result::ok) {
                 seen.insert(key);
                 let prev = self.prev_tcp.insert(key, total);
-                let base = prev.unwrap_or(TcpBytes {
-                    tx_bytes: 0,
-                    rx_bytes: 0,
-                    tx_calls: 0,
-                    rx_calls: 0,
-                    ..total
-                });
-                let delta = TcpBytes {
-                    tx_bytes: total.tx_bytes.saturating_sub(base.tx_bytes),
-                    rx_bytes: total.rx_bytes.saturating_sub(base.rx_bytes),
-                    tx_calls: total.tx_calls.saturating_sub(base.tx_calls),
-                    rx_calls: total.rx_calls.saturating_sub(base.rx_calls),
-                    // The key says the peer.
-                    daddr: key.daddr,
-                    family: key.family,
-                    ..total
-                };
-                if ts_ns != 0 && (delta.tx_calls | delta.rx_calls) != 0 {
-                    out.push(pod_bytes(&TcpBytesSample {
-                        header: header(EventKind::TcpBytes, ts_ns, key.tgid, total.comm),
-                        bytes: delta,
-                    }));
-                }
+                let mut delta = tcp_delta(prev.as_ref(), total);
+                // The key says the peer.
+                delta.daddr = key.daddr;
+                delta.family = key.family;
+                tcp.add(key.tgid, delta);
             }
             self.prev_tcp.retain(|k, _| seen.contains(k));
+        }
+        if let Some(slots) = &mut self.sock_slots {
+            slots.poll(&mut tcp);
+        }
+        if ts_ns != 0 {
+            out.extend(tcp.records(ts_ns));
         }
         if let Some(map) = &self.qps {
             for (key, total) in map.iter().filter_map(Result::ok) {

@@ -216,6 +216,52 @@ fn tcp_bytes_summed(extra: &[&str]) -> String {
     done.stderr.clone()
 }
 
+#[test]
+#[ignore = "needs root: traces with eBPF; `cargo xtask test` runs it as root"]
+fn root_tcp_bytes_of_more_process_peer_pairs_than_slots_are_each_counted() {
+    // One process sends 1000 bytes to each of 1100 loopback addresses: more pairs than the
+    // kernel programs' slots (SOCK_SLOTS, 1024), so many share a slot and go on in the hash
+    // map. Every peer's total must be exact whichever way it was summed.
+    const PEERS: u32 = 1100;
+    let tracer = start(
+        &["trace", "--json", "--comm", "python3"],
+        Duration::from_secs(90),
+    );
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import socket,threading\ns=socket.socket()\ns.bind(('0.0.0.0',0))\n\
+                 s.listen(4096)\np=s.getsockname()[1]\n\
+                 def srv():\n for _ in range({PEERS}):\n  c,_=s.accept()\n  \
+                 while c.recv(65536): pass\n  c.close()\n\
+                 t=threading.Thread(target=srv)\nt.start()\n\
+                 for i in range({PEERS}):\n k=socket.create_connection(\
+                 ('127.0.%d.%d'%(1+i//250,1+i%250),p))\n k.sendall(b'x'*1000)\n k.close()\n\
+                 t.join()"
+            ),
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let done = tracer.stop();
+    let events = done.events();
+    let mut sent: std::collections::HashMap<String, u64> = Default::default();
+    for e in select(&events, "tcp_bytes", &[]) {
+        let peer = e["data"]["peer"].as_str().unwrap_or("").to_string();
+        *sent.entry(peer).or_default() += e["data"]["tx_bytes"].as_u64().unwrap_or(0);
+    }
+    for i in 0..PEERS {
+        let peer = format!("127.0.{}.{}", 1 + i / 250, 1 + i % 250);
+        assert_eq!(sent.get(&peer), Some(&1000), "{peer}: {:?}", sent.len());
+    }
+}
+
 /// `doctor --json`: its run and its items.
 fn doctor() -> (Finished, Vec<serde_json::Value>) {
     let out = run(&["doctor", "--json"]);

@@ -87,6 +87,52 @@ pub fn qp_slot(qp: u64, slots: u32) -> u32 {
     ((qp >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32 & (slots - 1)
 }
 
+/// One slot of the per-process TCP byte array (`SOCK_SLOTS`): a process's totals towards one
+/// peer, like a `TCP_BYTES` entry, in the slot [`sock_slot`] hashes the process and peer to.
+/// Per send or receive the kernel program compares `key` and the peer address and adds (no
+/// hash-map lookup); a process and peer whose slot another pair holds go to `TCP_BYTES`.
+/// `key` is 0 for a free slot, else [`sock_slot_key`] of the process and the peer's family;
+/// `bytes.daddr` is the peer. The kernel claims only a free slot, writing the identity
+/// (process name, peer) before `key`; user space frees the slot of a process that is gone once
+/// its last totals are read (zeroes it, `key` last).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockSlot {
+    pub key: u64,
+    pub bytes: TcpBytes,
+}
+const _: () = assert!(core::mem::size_of::<SockSlot>() == 80);
+
+/// [`SockSlot::key`] of process `tgid` towards a peer of address family `family` (never 0).
+#[inline(always)]
+pub const fn sock_slot_key(tgid: u32, family: u16) -> u64 {
+    ((tgid as u64) << 32) | ((family as u64) << 16) | 1
+}
+
+/// The process of a [`SockSlot::key`].
+pub const fn sock_slot_tgid(key: u64) -> u32 {
+    (key >> 32) as u32
+}
+
+/// The peer's address family of a [`SockSlot::key`].
+pub const fn sock_slot_family(key: u64) -> u16 {
+    (key >> 16) as u16
+}
+
+/// The slot of process `tgid` towards the peer `daddr` (its 16 bytes as two native words)
+/// among `slots` (a power of two, at least 2): the top bits of the three mixed by
+/// splitmix64's finalizer (addresses differ in a few bytes only; a plain multiplicative hash
+/// left a third of the slots unused for one process's loopback peers).
+#[inline(always)]
+pub fn sock_slot(tgid: u32, daddr: [u64; 2], slots: u32) -> u32 {
+    let mut x =
+        u64::from(tgid).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ daddr[0] ^ daddr[1].rotate_left(32);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    (x >> (64 - slots.trailing_zeros())) as u32 & (slots - 1)
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpTrafficSample {

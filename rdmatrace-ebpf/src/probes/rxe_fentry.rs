@@ -20,6 +20,7 @@ use rdmatrace_common::{
 
 use crate::{
     emit::config,
+    maps::CONFIG,
     probes::{cq::wc_error, rxe::add_traffic},
     typed::arg_field,
 };
@@ -27,7 +28,8 @@ use crate::{
 /// `rxe_xmit_packet(qp, pkt, skb)`: every packet a QP sends.
 #[fentry(function = "rxe_xmit_packet")]
 pub fn rxe_xmit_f(ctx: FEntryContext) -> u32 {
-    config()
+    CONFIG
+        .get(0)
         .and_then(|c| count(&ctx, c, c.xmit_arg_qp, true))
         .unwrap_or(0)
 }
@@ -36,11 +38,14 @@ pub fn rxe_xmit_f(ctx: FEntryContext) -> u32 {
 /// for each): every packet a QP receives.
 #[fentry(function = "rxe_resp_queue_pkt")]
 pub fn rxe_recv_f(ctx: FEntryContext) -> u32 {
-    config()
+    CONFIG
+        .get(0)
         .and_then(|c| count(&ctx, c, c.rcv_arg_qp, false))
         .unwrap_or(0)
 }
 
+/// The config's `ready` is not checked: `typed` is zero until user space writes the config
+/// whole.
 #[inline(always)]
 fn count(ctx: &FEntryContext, cfg: &ProbeConfig, qp_arg: u32, tx: bool) -> Option<u32> {
     if cfg.typed & TYPED_RXE_PACKETS == 0 {

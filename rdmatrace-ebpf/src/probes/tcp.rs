@@ -11,15 +11,15 @@ use aya_ebpf::{
 use rdmatrace_common::{
     config::ProbeConfig,
     event::{
-        reason, transport, EventKind, Owner, RetransmitEvent, TcpBytes, TcpPeerKey, TcpStateEvent,
-        TcpTuple,
+        reason, sock_slot, sock_slot_key, transport, EventKind, Owner, RetransmitEvent, TcpBytes,
+        TcpPeerKey, TcpStateEvent, TcpTuple,
     },
-    limits::UNRESOLVED,
+    limits::{SOCK_SLOTS as SOCK_SLOT_COUNT, UNRESOLVED},
 };
 
 use crate::{
     emit::{config, header, output, wanted, wanted_pid, wanted_task},
-    maps::{add, NOEXIST, PENDING_TCP_SK, SOCK_OWNER, TCP_BYTES},
+    maps::{add, NOEXIST, PENDING_TCP_SK, SOCK_OWNER, SOCK_SLOTS, TCP_BYTES},
     read, regs,
     zero::{comm_into, copy_words, Slot},
 };
@@ -251,15 +251,33 @@ fn add_bytes(
     if known {
         key.family = family;
     }
-    add_to(totals(key)?, bytes, tx);
+    add_to(totals(cfg, key)?, bytes, tx);
     Some(0)
+}
+
+/// The totals of `key`: its slot in `SOCK_SLOTS` when the config allows slots and the slot is
+/// its own or free; otherwise its `TCP_BYTES` entry ([`hashed`]).
+#[inline(always)]
+pub fn totals(cfg: &ProbeConfig, key: &TcpPeerKey) -> Option<*mut TcpBytes> {
+    if cfg.sock_slots != 0 {
+        // SAFETY: the key's address is 8-aligned (after two 4-byte fields of an 8-aligned
+        // struct, on the stack in a `Slot`).
+        let d = unsafe {
+            let p = key.daddr.as_ptr().cast::<u64>();
+            [p.read(), p.add(1).read()]
+        };
+        if let Some(v) = slot(key.tgid, key.family, d) {
+            return Some(v);
+        }
+    }
+    hashed(key)
 }
 
 /// The totals of `key` in `TCP_BYTES`: one lookup when they exist; otherwise made (the
 /// process's name, the key's peer) and looked up again. Another CPU's entry for the same key,
 /// made meanwhile, is kept (its counts with it).
 #[inline(always)]
-pub fn totals(key: &TcpPeerKey) -> Option<*mut TcpBytes> {
+pub fn hashed(key: &TcpPeerKey) -> Option<*mut TcpBytes> {
     if let Some(v) = TCP_BYTES.get_ptr_mut(key) {
         return Some(v);
     }
@@ -279,6 +297,49 @@ pub fn totals(key: &TcpPeerKey) -> Option<*mut TcpBytes> {
     fresh.family = key.family;
     let _ = TCP_BYTES.insert(key, fresh, NOEXIST);
     TCP_BYTES.get_ptr_mut(key)
+}
+
+/// The totals of process `tgid` towards the peer of family `family` at address `d` (its 16
+/// bytes as two native words) in `SOCK_SLOTS`: its own slot, or the free slot it hashes to,
+/// claimed now (identity written before the key, which user space reads first); `None` when
+/// another process or peer holds that slot. Per call: the verifier's inlined array lookup and
+/// three compares. (Two CPUs claiming one free slot for two new pairs at once may leave it
+/// with one pair's process and the other's peer, holding that first call: bounded, and only
+/// for two new pairs of one slot starting together; both go on in `TCP_BYTES`.)
+#[inline(always)]
+pub fn slot(tgid: u32, family: u16, d: [u64; 2]) -> Option<*mut TcpBytes> {
+    let s = SOCK_SLOTS.get_ptr_mut(sock_slot(tgid, d, SOCK_SLOT_COUNT))?;
+    let want = sock_slot_key(tgid, family);
+    // SAFETY: a live map value; other CPUs add to its counters and user space frees it, key
+    // last, so every access goes through volatile reads and writes. Its peer address is
+    // 8-aligned (offset 56 of an 8-aligned value).
+    unsafe {
+        let k = core::ptr::read_volatile(&raw const (*s).key);
+        let b = &raw mut (*s).bytes;
+        let peer = (&raw mut (*b).daddr).cast::<u64>();
+        if k == want {
+            let same = core::ptr::read_volatile(peer) == d[0]
+                && core::ptr::read_volatile(peer.add(1)) == d[1];
+            return if same { Some(b) } else { None };
+        }
+        if k != 0 {
+            return None;
+        }
+        for c in [
+            &raw mut (*b).tx_bytes,
+            &raw mut (*b).rx_bytes,
+            &raw mut (*b).tx_calls,
+            &raw mut (*b).rx_calls,
+        ] {
+            core::ptr::write_volatile(c, 0);
+        }
+        comm_into(&mut (*b).comm);
+        core::ptr::write_volatile(peer, d[0]);
+        core::ptr::write_volatile(peer.add(1), d[1]);
+        core::ptr::write_volatile(&raw mut (*b).family, family);
+        core::ptr::write_volatile(&raw mut (*s).key, want);
+        Some(b)
+    }
 }
 
 /// Adds one call of `bytes` to the totals `v` (a live `TCP_BYTES` value).

@@ -9,33 +9,33 @@ use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::btf_tracepoint, programs::BtfTracePointContext,
     EbpfContext as _,
 };
-use rdmatrace_common::{
-    config::{ProbeConfig, TYPED_SOCK},
-    event::TcpPeerKey,
-    patch,
-};
+use rdmatrace_common::{config::TYPED_SOCK, event::TcpPeerKey, patch};
 
 use crate::{
-    emit::{config, wanted_task},
-    probes::tcp::{add_to, totals, AF_INET, AF_INET6, IPPROTO_TCP},
+    emit::wanted_task,
+    maps::CONFIG,
+    probes::tcp::{add_to, hashed, slot, AF_INET, AF_INET6, IPPROTO_TCP},
     typed::load,
     zero::Slot,
 };
 
 #[btf_tracepoint(function = "sock_send_length")]
 pub fn tcp_send_btf(ctx: BtfTracePointContext) -> u32 {
-    config().and_then(|c| count(&ctx, c, true)).unwrap_or(0)
+    count(&ctx, true).unwrap_or(0)
 }
 
 #[btf_tracepoint(function = "sock_recv_length")]
 pub fn tcp_recv_btf(ctx: BtfTracePointContext) -> u32 {
-    config().and_then(|c| count(&ctx, c, false)).unwrap_or(0)
+    count(&ctx, false).unwrap_or(0)
 }
 
 /// Every socket send/recv in the caller's context; TCP ones (over IPv4 or IPv6) are summed per
-/// process and peer.
+/// process and peer: in the pair's slot, the peer's address kept in registers, or else in the
+/// hash by a key made on the stack. The config's `ready` is not checked: `typed` is zero until
+/// user space writes the config whole.
 #[inline(always)]
-fn count(ctx: &BtfTracePointContext, cfg: &ProbeConfig, tx: bool) -> Option<u32> {
+fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
+    let cfg = CONFIG.get(0)?;
     if cfg.typed & TYPED_SOCK == 0 {
         return None;
     }
@@ -44,15 +44,10 @@ fn count(ctx: &BtfTracePointContext, cfg: &ProbeConfig, tx: bool) -> Option<u32>
         return None;
     }
     let args = ctx.as_ptr().cast::<u8>();
-    let mut slot = Slot::<TcpPeerKey>::new();
-    // SAFETY: all-zero is a valid value of this integer-only struct.
-    let key = unsafe { slot.zeroed() };
-    key.tgid = tgid;
     // SAFETY: the context holds the tracepoint's arguments as 8-byte slots (the socket, then
     // the bytes moved or an error); the socket's fields are loads the verifier checks against
-    // `struct sock`'s BTF once user space has set their offsets (a fault reads zero). The key's
-    // address field is 8-aligned in an 8-aligned slot.
-    let ret = unsafe {
+    // `struct sock`'s BTF once user space has set their offsets (a fault reads zero).
+    let (ret, family, d) = unsafe {
         let sk = load::<u64>(args, 0);
         let ret = load::<u64>(args, 8) as i32;
         if ret <= 0 || sk == 0 {
@@ -63,22 +58,49 @@ fn count(ctx: &BtfTracePointContext, cfg: &ProbeConfig, tx: bool) -> Option<u32>
             return None;
         }
         let family = load::<u16>(sk, patch::SK_FAMILY);
-        let d = key.daddr.as_mut_ptr();
-        if family == AF_INET {
-            d.cast::<u32>()
-                .write_volatile(load::<u32>(sk, patch::SK_DADDR));
+        let d = if family == AF_INET {
+            let a = u64::from(load::<u32>(sk, patch::SK_DADDR));
+            // The address's four bytes first in memory, as in the key.
+            [
+                if cfg!(target_endian = "little") {
+                    a
+                } else {
+                    a << 32
+                },
+                0,
+            ]
         } else if family == AF_INET6 {
-            d.cast::<u64>()
-                .write_volatile(load::<u64>(sk, patch::SK_V6_DADDR));
-            d.add(8)
-                .cast::<u64>()
-                .write_volatile(load::<u64>(sk, patch::SK_V6_DADDR_HI));
+            [
+                load::<u64>(sk, patch::SK_V6_DADDR),
+                load::<u64>(sk, patch::SK_V6_DADDR_HI),
+            ]
         } else {
             return None;
-        }
-        key.family = family;
-        ret
+        };
+        (ret, family, d)
     };
-    add_to(totals(key)?, ret as u64, tx);
+    let slotted = if cfg.sock_slots != 0 {
+        slot(tgid, family, d)
+    } else {
+        None
+    };
+    let t = match slotted {
+        Some(t) => t,
+        None => {
+            let mut key_slot = Slot::<TcpPeerKey>::new();
+            // SAFETY: all-zero is a valid value of this integer-only struct.
+            let key = unsafe { key_slot.zeroed() };
+            key.tgid = tgid;
+            key.family = family;
+            // SAFETY: the key's address is 8-aligned in an 8-aligned slot.
+            unsafe {
+                let p = key.daddr.as_mut_ptr().cast::<u64>();
+                p.write_volatile(d[0]);
+                p.add(1).write_volatile(d[1]);
+            }
+            hashed(key)?
+        }
+    };
+    add_to(t, ret as u64, tx);
     Some(0)
 }

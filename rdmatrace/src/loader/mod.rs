@@ -194,6 +194,9 @@ pub struct Tracer {
     /// The per-QP traffic slots, mapped (taken by the sampler); `None` when the programs do
     /// not use them (see `ProbeConfig::qp_slots`).
     pub slots: Option<slots::QpSlots>,
+    /// The per-process TCP byte slots, mapped (taken by the sampler); `None` when the programs
+    /// do not use them (see `ProbeConfig::sock_slots`).
+    pub sock_slots: Option<slots::SockSlots>,
     /// The typed programs, when they count in place of the ones they replace.
     typed: Option<typed::TypedLinks>,
 }
@@ -346,6 +349,8 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
     let slots = slots::for_programs(&ebpf, &mut report);
     cfg.qp_slots = u32::from(slots.is_some());
+    let sock_slots = slots::for_sockets(&ebpf, &mut report);
+    cfg.sock_slots = u32::from(sock_slots.is_some());
     let typed = typed::replace(
         typed_obj,
         &mut ebpf,
@@ -371,6 +376,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         report,
         links,
         slots,
+        sock_slots,
         typed,
     })
 }

@@ -1,86 +1,140 @@
-//! The per-QP traffic slots (`QP_SLOTS`, see `rdmatrace_common::event::QpSlot`), read through
-//! a shared mapping of the array: a sample reads every slot without a system call per QP, and
-//! frees the slots of destroyed QPs.
+//! Slot arrays the kernel programs count in (`QP_SLOTS`, see
+//! `rdmatrace_common::event::QpSlot`; `SOCK_SLOTS`, see `SockSlot`), read through a shared
+//! mapping of the array: a sample reads every slot without a system call per entry, and frees
+//! the slots whose owner is gone.
 
 use std::{
     io,
+    marker::PhantomData,
     os::fd::{AsFd as _, AsRawFd as _},
     ptr::NonNull,
 };
 
 use aya::maps::{Map, MapData};
-use rdmatrace_common::{event::QpSlot, limits::QP_SLOTS};
+use rdmatrace_common::{
+    event::{QpSlot, SockSlot},
+    limits::{QP_SLOTS, SOCK_SLOTS},
+};
 
-/// The slots array, mapped into this process; unmapped on drop.
-pub struct QpSlots {
-    base: NonNull<QpSlot>,
-    len: usize,
+/// A value of a slot array: a `u64` key first (0: free), then integers only.
+///
+/// # Safety
+/// `#[repr(C)]`, 8-aligned, its size a multiple of 8, a `u64` key at offset 0, and every bit
+/// pattern a valid value.
+pub unsafe trait SlotValue: Copy {
+    /// The array's map name and number of slots.
+    const MAP: &'static str;
+    const COUNT: u32;
+    fn set_key(&mut self, key: u64);
 }
+
+// SAFETY: `#[repr(C)]` integers only (sizes asserted in rdmatrace-common), `key: u64` first.
+unsafe impl SlotValue for QpSlot {
+    const MAP: &'static str = "QP_SLOTS";
+    const COUNT: u32 = QP_SLOTS;
+    fn set_key(&mut self, key: u64) {
+        self.key = key;
+    }
+}
+
+// SAFETY: as for `QpSlot`.
+unsafe impl SlotValue for SockSlot {
+    const MAP: &'static str = "SOCK_SLOTS";
+    const COUNT: u32 = SOCK_SLOTS;
+    fn set_key(&mut self, key: u64) {
+        self.key = key;
+    }
+}
+
+/// A slot array, mapped into this process; unmapped on drop.
+pub struct Slots<T: SlotValue> {
+    base: NonNull<T>,
+    len: usize,
+    _values: PhantomData<T>,
+}
+
+/// The per-QP traffic slots.
+pub type QpSlots = Slots<QpSlot>;
+/// The per-process TCP byte slots.
+pub type SockSlots = Slots<SockSlot>;
 
 // SAFETY: the mapping is plain shared memory, valid until drop wherever the owner moves; every
 // access is a volatile read or write of whole integers (the kernel programs write it too).
-unsafe impl Send for QpSlots {}
+unsafe impl<T: SlotValue> Send for Slots<T> {}
 
-impl QpSlots {
-    /// Maps the object's `QP_SLOTS` array (made mappable by the kernel program's definition).
-    pub fn map(map: &Map) -> io::Result<QpSlots> {
+impl<T: SlotValue> Slots<T> {
+    /// Maps the object's array (made mappable by the kernel program's definition).
+    pub fn map(map: &Map) -> io::Result<Slots<T>> {
         let Map::Array(data) = map else {
-            return Err(io::Error::other("QP_SLOTS is not an array"));
+            return Err(io::Error::other(format!("{} is not an array", T::MAP)));
         };
         Self::map_data(data)
     }
 
-    fn map_data(data: &MapData) -> io::Result<QpSlots> {
-        let len = QP_SLOTS as usize;
-        let bytes = len * std::mem::size_of::<QpSlot>();
+    fn bytes() -> usize {
+        T::COUNT as usize * std::mem::size_of::<T>()
+    }
+
+    fn map_data(data: &MapData) -> io::Result<Slots<T>> {
         // SAFETY: a new shared mapping of the map's fd (no address hint), of the array's own
         // size: the kernel checks both and refuses a map not created mappable. The mapping
         // holds its own reference to the map.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                bytes,
+                Self::bytes(),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 data.fd().as_fd().as_raw_fd(),
                 0,
             )
         };
+        Self::from_mmap(p)
+    }
+
+    fn from_mmap(p: *mut libc::c_void) -> io::Result<Slots<T>> {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let base = NonNull::new(p.cast::<QpSlot>()).ok_or_else(|| io::Error::other("null map"))?;
-        Ok(QpSlots { base, len })
+        let base = NonNull::new(p.cast::<T>()).ok_or_else(|| io::Error::other("null map"))?;
+        Ok(Slots {
+            base,
+            len: T::COUNT as usize,
+            _values: PhantomData,
+        })
     }
 
     /// Slots in private memory, for tests to play the kernel's part.
     #[cfg(test)]
-    pub fn anonymous() -> io::Result<QpSlots> {
-        let len = QP_SLOTS as usize;
+    pub fn anonymous() -> io::Result<Slots<T>> {
         // SAFETY: a new private anonymous mapping (zero-filled) of the array's size.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len * std::mem::size_of::<QpSlot>(),
+                Self::bytes(),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
         };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = NonNull::new(p.cast::<QpSlot>()).ok_or_else(|| io::Error::other("null map"))?;
-        Ok(QpSlots { base, len })
+        Self::from_mmap(p)
     }
 
     /// Writes slot `i` whole, as a kernel program would (tests).
     #[cfg(test)]
-    pub fn put(&self, i: usize, slot: QpSlot) {
+    pub fn put(&self, i: usize, slot: T) {
         assert!(i < self.len);
         // SAFETY: i is within the mapping (checked).
         unsafe { std::ptr::write_volatile(self.base.as_ptr().add(i), slot) }
+    }
+
+    /// Slot `i` whatever it holds (tests).
+    #[cfg(test)]
+    pub fn raw(&self, i: usize) -> T {
+        assert!(i < self.len);
+        // SAFETY: i is within the mapping (checked).
+        unsafe { std::ptr::read_volatile(self.base.as_ptr().add(i)) }
     }
 
     pub fn len(&self) -> usize {
@@ -92,39 +146,42 @@ impl QpSlots {
     }
 
     /// Slot `i` as it is now (the key read first: a slot the kernel is claiming has its
-    /// identity written before its key).
-    pub fn get(&self, i: usize) -> Option<QpSlot> {
+    /// identity written before its key), `None` when it is free or out of range.
+    pub fn get(&self, i: usize) -> Option<T> {
         if i >= self.len {
             return None;
         }
-        // SAFETY: i is within the mapping, whose slots are 8-byte aligned QpSlot values of
-        // integers only; read whole, volatile, as other CPUs write them.
+        // SAFETY: i is within the mapping, whose slots are 8-byte aligned `T` values of
+        // integers only, the key first (`SlotValue`); read whole, volatile, as other CPUs
+        // write them.
         unsafe {
             let s = self.base.as_ptr().add(i);
-            let key = std::ptr::read_volatile(&raw const (*s).key);
+            let key = std::ptr::read_volatile(s.cast::<u64>());
             if key == 0 {
-                return Some(QpSlot {
-                    key,
-                    ..std::mem::zeroed()
-                });
+                return None;
             }
-            let traffic = std::ptr::read_volatile(&raw const (*s).traffic);
-            Some(QpSlot { key, traffic })
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            let mut v = std::ptr::read_volatile(s);
+            v.set_key(key);
+            Some(v)
         }
     }
 
-    /// Frees slot `i` (its QP destroyed, its totals read): zeroed, the key last, so the
-    /// kernel only claims it once it is clean.
+    /// Frees slot `i` (its owner gone, its totals read): zeroed, the key last, so the kernel
+    /// only claims it once it is clean.
     pub fn free(&self, i: usize) {
         if i >= self.len {
             return;
         }
-        // SAFETY: as in `get`; the QP of this slot is gone, so no program adds to it.
+        // SAFETY: as in `get` (the value's size a multiple of 8); the owner of this slot is
+        // gone, so no program adds to it.
         unsafe {
-            let s = self.base.as_ptr().add(i);
-            std::ptr::write_volatile(&raw mut (*s).traffic, std::mem::zeroed());
+            let words = self.base.as_ptr().add(i).cast::<u64>();
+            for w in 1..std::mem::size_of::<T>() / 8 {
+                std::ptr::write_volatile(words.add(w), 0);
+            }
             std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-            std::ptr::write_volatile(&raw mut (*s).key, 0);
+            std::ptr::write_volatile(words, 0);
         }
     }
 }
@@ -139,7 +196,7 @@ pub(super) fn for_programs(ebpf: &aya::Ebpf, report: &mut super::AttachReport) -
     if !(frees && rxe) {
         return None;
     }
-    match ebpf.map("QP_SLOTS").map(QpSlots::map) {
+    match ebpf.map(QpSlot::MAP).map(QpSlots::map) {
         Some(Ok(s)) => Some(s),
         Some(Err(e)) => {
             report.notes.push(format!(
@@ -152,14 +209,27 @@ pub(super) fn for_programs(ebpf: &aya::Ebpf, report: &mut super::AttachReport) -
     }
 }
 
-impl Drop for QpSlots {
+impl<T: SlotValue> Drop for Slots<T> {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `map_data`, of that size, unmapped once.
         unsafe {
-            libc::munmap(
-                self.base.as_ptr().cast(),
-                self.len * std::mem::size_of::<QpSlot>(),
-            );
+            libc::munmap(self.base.as_ptr().cast(), Self::bytes());
         }
+    }
+}
+
+/// The per-process TCP byte slots, mapped; `None` (every call through the `TCP_BYTES` hash,
+/// said in the report) when the array cannot be mapped.
+pub(super) fn for_sockets(ebpf: &aya::Ebpf, report: &mut super::AttachReport) -> Option<SockSlots> {
+    match ebpf.map(SockSlot::MAP).map(SockSlots::map) {
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            report.notes.push(format!(
+                "per-process TCP bytes summed in the hash map only (slower per call): \
+                 SOCK_SLOTS could not be mapped: {e}"
+            ));
+            None
+        }
+        None => None,
     }
 }

@@ -82,12 +82,13 @@ fn qp_slots_are_sampled_as_changes_and_freed_after_their_last_totals() {
     );
     assert_eq!(traffic_samples(&s.poll(3)), [(0x11, 2, 200, 0)]);
     let slots = s.slots.as_ref().expect("slots");
+    assert_eq!(slots.get(ia), None);
     assert_eq!(
-        slots.get(ia),
-        Some(QpSlot {
+        slots.raw(ia),
+        QpSlot {
             key: 0,
             traffic: zero_traffic()
-        })
+        }
     );
     assert!(s.poll(4).is_empty());
     // A new QP at the same address claims the freed slot: all of its traffic is new.
