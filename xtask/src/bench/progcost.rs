@@ -21,6 +21,10 @@ const PER_PACKET: &[&str] = &[
     "sock_recv_length",
 ];
 
+/// The per-packet hooks that are tracepoints (their empty program is a tracepoint, not a
+/// kprobe).
+const TRACEPOINTS: [&str; 2] = ["sock_send_length", "sock_recv_length"];
+
 /// (hook, median ns/run, median runs) of `tool`'s programs.
 fn per_hook(lab: &LabResults, tool: &str) -> Vec<(String, f64, f64)> {
     let prefix = format!("{tool}:");
@@ -118,13 +122,19 @@ fn kind_on<'a>(lab: &'a LabResults, h: &str) -> Option<&'a str> {
 }
 
 /// The verdict of a per-packet hook from the ratios of rdmatrace's program to the empty
-/// kprobe (or tracepoint) and to the empty fentry program: held to the one of its own kind
-/// (fentry beside fentry when measured; kprobe or tracepoint otherwise), the other shown beside.
-fn floor_verdict(vs_kprobe: Option<f64>, vs_fentry: Option<f64>, is_fentry: bool) -> String {
+/// kprobe (or tracepoint: `plain` names which) and to the empty fentry program: held to the one
+/// of its own kind (fentry beside fentry when measured; kprobe or tracepoint otherwise), the
+/// other shown beside.
+fn floor_verdict(
+    vs_kprobe: Option<f64>,
+    vs_fentry: Option<f64>,
+    is_fentry: bool,
+    plain: &str,
+) -> String {
     let (own, own_name, other, other_name) = if is_fentry && vs_fentry.is_some() {
-        (vs_fentry, "fentry", vs_kprobe, "kprobe")
+        (vs_fentry, "fentry", vs_kprobe, plain)
     } else {
-        (vs_kprobe, "kprobe", vs_fentry, "fentry")
+        (vs_kprobe, plain, vs_fentry, "fentry")
     };
     let Some(r) = own else {
         return "—".into();
@@ -226,7 +236,17 @@ pub fn section(s: &mut String, lab: &LabResults) {
         let vs_floor = if per_packet {
             let (vs_kprobe, vs_fentry, n) = floor_ratios(lab, h);
             passes = passes.max(n);
-            floor_verdict(vs_kprobe, vs_fentry, kind_on(lab, h) == Some("fentry"))
+            let plain = if h.split('+').all(|p| TRACEPOINTS.contains(&p)) {
+                "tracepoint"
+            } else {
+                "kprobe"
+            };
+            floor_verdict(
+                vs_kprobe,
+                vs_fentry,
+                kind_on(lab, h) == Some("fentry"),
+                plain,
+            )
         } else {
             "—".to_string()
         };
@@ -268,22 +288,27 @@ mod tests {
 
     #[test]
     fn a_fentry_program_is_held_to_the_empty_fentry_program() {
-        let v = floor_verdict(Some(2.5), Some(1.9), true);
+        let v = floor_verdict(Some(2.5), Some(1.9), true, "kprobe");
         assert_eq!(
             v,
             "yes (1.9× of the empty fentry; 2.5× of the empty kprobe)"
         );
-        let v = floor_verdict(Some(2.5), Some(1.9), false);
+        let v = floor_verdict(Some(2.5), Some(1.9), false, "kprobe");
         assert_eq!(
             v,
             "**no** (2.5× of the empty kprobe; 1.9× of the empty fentry)"
         );
         // No empty fentry program measured: the kprobe's.
         assert_eq!(
-            floor_verdict(Some(1.9), None, true),
+            floor_verdict(Some(1.9), None, true, "kprobe"),
             "yes (1.9× of the empty kprobe)"
         );
-        assert_eq!(floor_verdict(None, None, true), "—");
+        assert_eq!(floor_verdict(None, None, true, "kprobe"), "—");
+        // A tracepoint hook's program is held to the empty tracepoint, named so.
+        assert_eq!(
+            floor_verdict(Some(2.6), None, false, "tracepoint"),
+            "**no** (2.6× of the empty tracepoint)"
+        );
     }
 
     #[test]
