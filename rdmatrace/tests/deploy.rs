@@ -401,3 +401,22 @@ fn promtool_accepts_the_alert_rules() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+#[ignore = "needs promtool (apt-get install prometheus): runs the alerting rules' unit tests with Prometheus' own checker"]
+fn promtool_fires_the_alerts_on_their_conditions() {
+    let tests = repo().join("deploy/prometheus/alerts_test.yml");
+    let out = Command::new("promtool")
+        .arg("test")
+        .arg("rules")
+        .arg(&tests)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool test rules {}:\n{}{}",
+        tests.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
