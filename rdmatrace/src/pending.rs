@@ -90,15 +90,7 @@ impl Sweeper {
     /// would look dead.
     pub fn new(tracer: &mut Tracer) -> Result<Sweeper, &'static str> {
         let proc = Path::new("/proc");
-        if !sees_kernel_pids(&proc.join("self/status")) {
-            return Err("runs in a PID namespace of its own (run in the host's PID namespace)");
-        }
-        if !sees_other_tasks(proc) {
-            return Err(
-                "cannot see other users' tasks in /proc (mounted with hidepid, and \
-                        this process lacks CAP_SYS_PTRACE)",
-            );
-        }
+        proc_shows_kernel_tasks(proc)?;
         let maps = MAPS
             .iter()
             .filter_map(|(name, len)| Pending::open(tracer.ebpf.take_map(name)?, *len))
@@ -128,6 +120,30 @@ impl Sweeper {
         self.removed += n;
         n
     }
+}
+
+/// Whether `proc` (normally /proc) names every task by the ids the kernel programs see, so
+/// that a task missing there is gone; else why not.
+pub fn proc_shows_kernel_tasks(proc: &Path) -> Result<(), &'static str> {
+    if !sees_kernel_pids(&proc.join("self/status")) {
+        return Err("runs in a PID namespace of its own (run in the host's PID namespace)");
+    }
+    if !sees_other_tasks(proc) {
+        return Err(
+            "cannot see other users' tasks in /proc (mounted with hidepid, and this process \
+             lacks CAP_SYS_PTRACE)",
+        );
+    }
+    Ok(())
+}
+
+/// Whether process `tgid` is known to be gone from `proc` (an error other than "not found"
+/// counts as existing).
+pub fn process_gone(proc: &Path, tgid: u32) -> bool {
+    matches!(
+        std::fs::symlink_metadata(proc.join(tgid.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound
+    )
 }
 
 /// Whether the task of `pid_tgid` (tgid in the upper half, tid in the lower) exists under

@@ -383,40 +383,31 @@ fn serve_accepts_the_arguments_the_daemonset_and_the_unit_pass() {
     assert_serve_accepts(&words, "the unit's ExecStart");
 }
 
-#[test]
-#[ignore = "needs promtool (apt-get install prometheus): checks the alerting rules with Prometheus' own checker"]
-fn promtool_accepts_the_alert_rules() {
-    let rules = repo().join("deploy/prometheus/alerts.yml");
+/// Runs `promtool CHECK rules FILE` (FILE under deploy/prometheus) and asserts it succeeds.
+fn promtool_rules(check: &str, file: &str) {
+    let path = repo().join("deploy/prometheus").join(file);
     let out = Command::new("promtool")
-        .arg("check")
-        .arg("rules")
-        .arg(&rules)
+        .args([check, "rules"])
+        .arg(&path)
         .output()
         .expect("run promtool");
     assert!(
         out.status.success(),
-        "promtool check rules {}:\n{}{}",
-        rules.display(),
+        "promtool {check} rules {}:\n{}{}",
+        path.display(),
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
 }
 
 #[test]
+#[ignore = "needs promtool (apt-get install prometheus): checks the alerting rules with Prometheus' own checker"]
+fn promtool_accepts_the_alert_rules() {
+    promtool_rules("check", "alerts.yml");
+}
+
+#[test]
 #[ignore = "needs promtool (apt-get install prometheus): runs the alerting rules' unit tests with Prometheus' own checker"]
 fn promtool_fires_the_alerts_on_their_conditions() {
-    let tests = repo().join("deploy/prometheus/alerts_test.yml");
-    let out = Command::new("promtool")
-        .arg("test")
-        .arg("rules")
-        .arg(&tests)
-        .output()
-        .expect("run promtool");
-    assert!(
-        out.status.success(),
-        "promtool test rules {}:\n{}{}",
-        tests.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_rules("test", "alerts_test.yml");
 }

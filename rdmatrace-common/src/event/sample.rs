@@ -28,8 +28,9 @@ const _: () = assert!(core::mem::size_of::<TcpBytes>() == 48 + 24);
 /// Size of [`TcpBytesSample`] before the peer address was appended.
 pub const TCP_BYTES_SAMPLE_V1: usize = 88;
 
-/// The key of the kernel's TCP byte totals: a process and one peer address.
-#[repr(C)]
+/// The key of the kernel's TCP byte totals: a process and one peer address. Aligned to 8 so
+/// that the kernel programs read the address as two 8-byte words.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TcpPeerKey {
     pub tgid: u32,

@@ -142,14 +142,9 @@ fn slot(cfg: &ProbeConfig, qp: u64) -> Option<*mut QpTraffic> {
         if key != 0 {
             return None;
         }
-        for c in [
-            &raw mut (*t).tx_packets,
-            &raw mut (*t).tx_bytes,
-            &raw mut (*t).rx_packets,
-            &raw mut (*t).rx_bytes,
-        ] {
-            core::ptr::write_volatile(c, 0);
-        }
+        // A free slot's counters are zero (the array starts so; user space zeroes a slot
+        // before freeing it): not written here, so that another CPU claiming it for the same
+        // QP at once cannot wipe this one's first add.
         qp_ident(cfg, qp + u64::from(cfg.rxe_qp_ibqp), &mut (*t).qp);
         core::ptr::write_volatile(&raw mut (*s).key, qp);
         Some(t)

@@ -164,7 +164,7 @@ fn try_tcp_retransmit(ctx: &RawTracePointContext) -> Option<u32> {
 pub const IPPROTO_TCP: u16 = 6;
 
 /// `sock_send_length(sk, ret, flags)` / `sock_recv_length(sk, ret, flags)`: every socket
-/// send/recv in the caller's context; TCP ones are summed per process.
+/// send/recv in the caller's context; TCP ones are summed per process and peer.
 #[inline(always)]
 fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
     let cfg = config()?;
@@ -258,10 +258,10 @@ fn add_bytes(
 /// The totals of `key`: its slot in `SOCK_SLOTS` when the config allows slots and the slot is
 /// its own or free; otherwise its `TCP_BYTES` entry ([`hashed`]).
 #[inline(always)]
-pub fn totals(cfg: &ProbeConfig, key: &TcpPeerKey) -> Option<*mut TcpBytes> {
+fn totals(cfg: &ProbeConfig, key: &TcpPeerKey) -> Option<*mut TcpBytes> {
     if cfg.sock_slots != 0 {
-        // SAFETY: the key's address is 8-aligned (after two 4-byte fields of an 8-aligned
-        // struct, on the stack in a `Slot`).
+        // SAFETY: the key's address is 8-aligned (after two 4-byte fields of a struct
+        // aligned to 8).
         let d = unsafe {
             let p = key.daddr.as_ptr().cast::<u64>();
             [p.read(), p.add(1).read()]
@@ -305,7 +305,8 @@ pub fn hashed(key: &TcpPeerKey) -> Option<*mut TcpBytes> {
 /// another process or peer holds that slot. Per call: the verifier's inlined array lookup and
 /// three compares. (Two CPUs claiming one free slot for two new pairs at once may leave it
 /// with one pair's process and the other's peer, holding that first call: bounded, and only
-/// for two new pairs of one slot starting together; both go on in `TCP_BYTES`.)
+/// for two new pairs of one slot starting together; both go on in `TCP_BYTES`. Two claiming
+/// it for one pair both count in it.)
 #[inline(always)]
 pub fn slot(tgid: u32, family: u16, d: [u64; 2]) -> Option<*mut TcpBytes> {
     let s = SOCK_SLOTS.get_ptr_mut(sock_slot(tgid, d, SOCK_SLOT_COUNT))?;
@@ -325,14 +326,9 @@ pub fn slot(tgid: u32, family: u16, d: [u64; 2]) -> Option<*mut TcpBytes> {
         if k != 0 {
             return None;
         }
-        for c in [
-            &raw mut (*b).tx_bytes,
-            &raw mut (*b).rx_bytes,
-            &raw mut (*b).tx_calls,
-            &raw mut (*b).rx_calls,
-        ] {
-            core::ptr::write_volatile(c, 0);
-        }
+        // A free slot's counters are zero (the array starts so; user space zeroes a slot
+        // before freeing it): not written here, so that another CPU claiming it for the same
+        // pair at once cannot wipe this one's first add.
         comm_into(&mut (*b).comm);
         core::ptr::write_volatile(peer, d[0]);
         core::ptr::write_volatile(peer.add(1), d[1]);
@@ -342,7 +338,7 @@ pub fn slot(tgid: u32, family: u16, d: [u64; 2]) -> Option<*mut TcpBytes> {
     }
 }
 
-/// Adds one call of `bytes` to the totals `v` (a live `TCP_BYTES` value).
+/// Adds one call of `bytes` to the totals `v` (a live `TCP_BYTES` or `SOCK_SLOTS` value).
 #[inline(always)]
 pub fn add_to(v: *mut TcpBytes, bytes: u64, tx: bool) {
     // SAFETY: fields of a live map value; other CPUs add to them too, atomically.

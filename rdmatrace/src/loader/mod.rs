@@ -347,10 +347,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
     report
         .probes
         .extend(attached.probes.into_iter().filter(|p| kept(p.area)));
-    let slots = slots::for_programs(&ebpf, &mut report);
-    cfg.qp_slots = u32::from(slots.is_some());
-    let sock_slots = slots::for_sockets(&ebpf, &mut report);
-    cfg.sock_slots = u32::from(sock_slots.is_some());
+    let (slots, sock_slots) = slots::mapped(&ebpf, &mut report, &mut cfg);
     let typed = typed::replace(
         typed_obj,
         &mut ebpf,

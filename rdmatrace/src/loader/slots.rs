@@ -186,9 +186,22 @@ impl<T: SlotValue> Slots<T> {
     }
 }
 
+/// The slot arrays the programs may count in, mapped, and the config told which.
+pub(super) fn mapped(
+    ebpf: &aya::Ebpf,
+    report: &mut super::AttachReport,
+    cfg: &mut rdmatrace_common::config::ProbeConfig,
+) -> (Option<QpSlots>, Option<SockSlots>) {
+    let qp = for_programs(ebpf, report);
+    let sock = for_sockets(ebpf, report);
+    cfg.qp_slots = u32::from(qp.is_some());
+    cfg.sock_slots = u32::from(sock.is_some());
+    (qp, sock)
+}
+
 /// The per-QP traffic slots, mapped, when the programs can use them: a slot is freed only
 /// through the QP destroy probe, so without it every packet goes through the hash map.
-pub(super) fn for_programs(ebpf: &aya::Ebpf, report: &mut super::AttachReport) -> Option<QpSlots> {
+fn for_programs(ebpf: &aya::Ebpf, report: &mut super::AttachReport) -> Option<QpSlots> {
     let frees = report
         .attached()
         .any(|p| p.spec.program == "qp_destroy_enter");

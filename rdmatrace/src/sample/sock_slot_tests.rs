@@ -1,13 +1,13 @@
 //! The sampler over the per-process TCP byte slots, the kernel's part played by writing the
-//! slots, a process's existence by its id (below 1000: alive).
+//! slots, a process known gone by its id (1000 and above).
 
 use rdmatrace_common::event::{sock_slot, sock_slot_key, EventKind, TcpBytes, TcpBytesSample};
 
 use super::*;
 use crate::sample::Sampler;
 
-fn alive(tgid: u32) -> bool {
-    tgid < 1000
+fn gone(tgid: u32) -> bool {
+    tgid >= 1000
 }
 
 /// Process `tgid`'s slot towards IPv4 peer `peer`, after `calls` sends of 10 bytes.
@@ -71,7 +71,7 @@ fn socket_slots_are_sampled_as_changes_and_freed_once_their_process_is_gone() {
     // Claimed before the sampler starts: the totals so far are the baseline.
     slots.put(ia, slot(a.0, a.1, 3));
     let mut s = Sampler::with_sources(None, None, None, None);
-    s.with_sock_slots_checked(slots, alive);
+    s.with_sock_slots_checked(slots, gone);
     let put = |s: &Sampler, i, v| s.sock_slots.as_ref().expect("slots").slots.put(i, v);
     put(&s, ia, slot(a.0, a.1, 5));
     put(&s, ib, slot(b.0, b.1, 4));
@@ -93,6 +93,15 @@ fn socket_slots_are_sampled_as_changes_and_freed_once_their_process_is_gone() {
     // The same process towards another peer in a slot (as after a collision): new too.
     put(&s, ia, slot(a.0, [10, 0, 0, 3], 2));
     assert_eq!(samples(&s.poll(4)), [(7, 10, 2, 20)]);
+    // A slot whose key is seen before its peer (a claim under way, on a CPU that reorders
+    // stores) is left for the next sample, then counted once.
+    let mut early = slot(4444, [10, 0, 0, 4], 1);
+    early.bytes.daddr = [0; 16];
+    put(&s, ib, early);
+    assert!(s.poll(5).is_empty());
+    put(&s, ib, slot(4444, [10, 0, 0, 4], 1));
+    assert_eq!(samples(&s.poll(6)), [(4444, 10, 1, 10)]);
+    assert!(s.poll(7).is_empty());
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, path::Path};
 
-use rdmatrace_common::event::{sock_slot_tgid, SockSlot};
+use rdmatrace_common::event::{sock_slot_family, sock_slot_tgid, SockSlot};
 
 use super::{tcp_delta, Sampler, TcpChanges};
 use crate::loader::slots::SockSlots;
@@ -13,28 +13,48 @@ use crate::loader::slots::SockSlots;
 pub(super) struct SockSlotReader {
     slots: SockSlots,
     prev: HashMap<usize, SockSlot>,
-    /// Whether a process exists, by process id (`/proc/TGID`); tests stand in for the host.
-    alive: fn(u32) -> bool,
+    /// Whether a process is known to be gone, by process id (`/proc/TGID`); tests stand in
+    /// for the host.
+    gone: fn(u32) -> bool,
 }
 
-/// Whether process `tgid` exists on this host.
-fn process_exists(tgid: u32) -> bool {
-    Path::new(&format!("/proc/{tgid}")).exists()
+/// Whether process `tgid` is known to be gone from this host.
+fn process_gone(tgid: u32) -> bool {
+    crate::pending::process_gone(Path::new("/proc"), tgid)
+}
+
+/// Never gone: where /proc cannot tell (see [`crate::pending::proc_shows_kernel_tasks`]).
+fn never_gone(_: u32) -> bool {
+    false
 }
 
 impl Sampler {
-    /// Adds the per-process TCP byte slots, baselined like the maps.
+    /// Adds the per-process TCP byte slots, baselined like the maps. Slots are freed only
+    /// where /proc names every process by the kernel's ids; elsewhere a slot stays its pair's
+    /// (said once), and pairs beyond the slots go on in the hash.
     pub(super) fn with_sock_slots(&mut self, slots: SockSlots) {
-        self.with_sock_slots_checked(slots, process_exists);
+        let gone = match crate::pending::proc_shows_kernel_tasks(Path::new("/proc")) {
+            Ok(()) => process_gone as fn(u32) -> bool,
+            Err(why) => {
+                self.warnings.push(format!(
+                    "the TCP byte slots of processes that exited are not freed (their pairs \
+                     go on in the hash map once the slots are taken): this process {why}"
+                ));
+                never_gone
+            }
+        };
+        self.with_sock_slots_checked(slots, gone);
     }
 
-    /// [`Sampler::with_sock_slots`] with `alive` telling which processes exist.
-    pub(super) fn with_sock_slots_checked(&mut self, slots: SockSlots, alive: fn(u32) -> bool) {
+    /// [`Sampler::with_sock_slots`] with `gone` telling which processes are known gone.
+    pub(super) fn with_sock_slots_checked(&mut self, slots: SockSlots, gone: fn(u32) -> bool) {
         let mut reader = SockSlotReader {
             slots,
             prev: HashMap::new(),
-            alive,
+            gone,
         };
+        // The baseline frees nothing (no slot has a previous total yet). The hash map's
+        // baseline was taken a moment before: a call between the two is in neither.
         reader.poll(&mut TcpChanges::default());
         self.sock_slots = Some(reader);
     }
@@ -43,6 +63,13 @@ impl Sampler {
 /// Whether `a` and `b` are the same process and peer.
 fn same_pair(a: &SockSlot, b: &SockSlot) -> bool {
     a.key == b.key && a.bytes.daddr == b.bytes.daddr
+}
+
+/// Whether a slot's key is seen before the identity written ahead of it (a CPU that orders
+/// stores less strictly than x86): a known family with no peer address yet. Read again at the
+/// next sample. (A TCP socket that moves data has a peer; the family is in the key.)
+fn claiming(s: &SockSlot) -> bool {
+    sock_slot_family(s.key) != 0 && s.bytes.daddr == [0; 16]
 }
 
 impl SockSlotReader {
@@ -56,15 +83,21 @@ impl SockSlotReader {
                 self.prev.remove(&i);
                 continue;
             };
+            if claiming(&now) {
+                continue;
+            }
             let prev = self.prev.get(&i).filter(|p| same_pair(p, &now)).copied();
             let tgid = sock_slot_tgid(now.key);
             let free = prev.is_some_and(|p| p.bytes == now.bytes)
-                && *gone.entry(tgid).or_insert_with(|| !(self.alive)(tgid));
+                && *gone.entry(tgid).or_insert_with(|| (self.gone)(tgid));
             if free {
                 // Only user space frees a slot, so it still holds this pair.
                 now = self.slots.get(i).unwrap_or(now);
             }
-            changes.add(tgid, tcp_delta(prev.as_ref().map(|p| &p.bytes), now.bytes));
+            let mut delta = tcp_delta(prev.as_ref().map(|p| &p.bytes), now.bytes);
+            // The key says the family.
+            delta.family = sock_slot_family(now.key);
+            changes.add(tgid, delta);
             if free {
                 self.slots.free(i);
                 self.prev.remove(&i);
