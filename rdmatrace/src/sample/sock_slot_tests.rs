@@ -102,6 +102,13 @@ fn socket_slots_are_sampled_as_changes_and_freed_once_their_process_is_gone() {
     put(&s, ib, slot(4444, [10, 0, 0, 4], 1));
     assert_eq!(samples(&s.poll(6)), [(4444, 10, 1, 10)]);
     assert!(s.poll(7).is_empty());
+    // A pair whose peer really reads as zero is counted at the second sample, not lost.
+    let mut zero = slot(5, [0, 0, 0, 0], 3);
+    zero.bytes.daddr = [0; 16];
+    put(&s, ib, zero);
+    assert!(s.poll(8).is_empty());
+    assert_eq!(samples(&s.poll(9)), [(5, 0, 3, 30)]);
+    assert!(s.poll(10).is_empty());
 }
 
 #[test]

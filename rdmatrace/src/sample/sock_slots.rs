@@ -13,6 +13,8 @@ use crate::loader::slots::SockSlots;
 pub(super) struct SockSlotReader {
     slots: SockSlots,
     prev: HashMap<usize, SockSlot>,
+    /// Slots left at the previous sample as claims under way ([`claiming`]), by key.
+    held: HashMap<usize, u64>,
     /// Whether a process is known to be gone, by process id (`/proc/TGID`); tests stand in
     /// for the host.
     gone: fn(u32) -> bool,
@@ -51,6 +53,7 @@ impl Sampler {
         let mut reader = SockSlotReader {
             slots,
             prev: HashMap::new(),
+            held: HashMap::new(),
             gone,
         };
         // The baseline frees nothing (no slot has a previous total yet). The hash map's
@@ -65,9 +68,10 @@ fn same_pair(a: &SockSlot, b: &SockSlot) -> bool {
     a.key == b.key && a.bytes.daddr == b.bytes.daddr
 }
 
-/// Whether a slot's key is seen before the identity written ahead of it (a CPU that orders
+/// Whether a slot's key may be seen before the identity written ahead of it (a CPU that orders
 /// stores less strictly than x86): a known family with no peer address yet. Read again at the
-/// next sample. (A TCP socket that moves data has a peer; the family is in the key.)
+/// next sample, and taken as it is if it still looks so then. (A TCP socket that moves data
+/// has a peer; the family is in the key.)
 fn claiming(s: &SockSlot) -> bool {
     sock_slot_family(s.key) != 0 && s.bytes.daddr == [0; 16]
 }
@@ -81,11 +85,14 @@ impl SockSlotReader {
         for i in 0..self.slots.len() {
             let Some(mut now) = self.slots.get(i) else {
                 self.prev.remove(&i);
+                self.held.remove(&i);
                 continue;
             };
-            if claiming(&now) {
+            if claiming(&now) && self.held.get(&i) != Some(&now.key) {
+                self.held.insert(i, now.key);
                 continue;
             }
+            self.held.remove(&i);
             let prev = self.prev.get(&i).filter(|p| same_pair(p, &now)).copied();
             let tgid = sock_slot_tgid(now.key);
             let free = prev.is_some_and(|p| p.bytes == now.bytes)
