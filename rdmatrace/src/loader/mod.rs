@@ -191,11 +191,9 @@ pub struct Tracer {
     pub report: AttachReport,
     /// The kprobe and uprobe links made here rather than by aya (they detach when dropped).
     links: plink::Links,
-    /// The per-QP traffic slots, mapped (taken by the sampler); `None` when the programs do
-    /// not use them (see `ProbeConfig::qp_slots`).
+    /// Per-QP traffic slots, mapped for the sampler; `None` when unused (`ProbeConfig::qp_slots`).
     pub slots: Option<slots::QpSlots>,
-    /// The per-process TCP byte slots, mapped (taken by the sampler); `None` when the programs
-    /// do not use them (see `ProbeConfig::sock_slots`).
+    /// Per-process TCP byte slots, likewise (`ProbeConfig::sock_slots`).
     pub sock_slots: Option<slots::SockSlots>,
     /// The typed programs, when they count in place of the ones they replace.
     typed: Option<typed::TypedLinks>,
