@@ -211,11 +211,15 @@ done
 # The floor, side by side: rdmatrace and empty programs on the per-packet and per-completion
 # hooks, all attached at once through a perftest pass and a TCP storm, so that each program and the floor it
 # is held to run on the same packets at the same time (a floor measured in a pass of its own
-# moved up to 1.8x between bench runs while the programs did not). Two empty programs per
-# hook: a kprobe (tracepoint on the socket hooks), and an fentry program on the rxe functions,
-# the twin of rdmatrace's fentry programs there (bpftrace's `kfunc:`; said and left out when
-# this bpftrace or kernel cannot attach one). The cost of entering a program at all on this
-# kernel, under this emulation.
+# moved up to 1.8x between bench runs while the programs did not). Two kinds of empty program
+# per hook: a kprobe (tracepoint on the socket hooks), and an fentry program on the rxe
+# functions, the twin of rdmatrace's fentry programs there (bpftrace's `kfunc:`; said and left
+# out when this bpftrace or kernel cannot attach one). The cost of entering a program at all on
+# this kernel, under this emulation. Two empty kprobes (tracepoints), loaded apart: under TCG
+# one program's time per run depends on where it was loaded (two identical empty programs on
+# one hook differed up to 1.9x, pass after pass), so their floor in a pass is the mean of the
+# two. One set of fentry programs: bpftool 7.1 names no owner of a tracing program or link,
+# so two bpftrace instances' fentry programs could not be told apart.
 if [ $stats = 1 ]; then
     BT_FLOOR='BEGIN { printf("Tracing\n"); }
         kprobe:rxe_xmit_packet, kprobe:rxe_comp_queue_pkt, kprobe:rxe_resp_queue_pkt,
@@ -241,15 +245,16 @@ if [ $stats = 1 ]; then
         done
         printf -v "$var" %d "$pid"
     }
-    # Three passes; the order the tracers attach in alternates (programs of one kind on one
-    # function run in attach order: two kprobes, or two fentry programs on its trampoline), so
-    # that no tool always runs first.
-    for round in 1 2 3; do
-        side_pid= floor_pid= fentry_pid=
+    # Five passes, so five placements of each program (see above); the order the tracers
+    # attach in alternates (programs of one kind on one function run in attach order: two
+    # kprobes, or two fentry programs on its trampoline), so that no tool always runs first.
+    for round in 1 2 3 4 5; do
+        side_pid= floor_pid= floor2_pid= fentry_pid=
         if [ $((round % 2)) = 1 ]; then
             start_side side_pid side "$rt" record --force -o "$out/side.rdmt" || exit 1
         fi
         start_side floor_pid floor "${BPFTRACE[@]}" -e "$BT_FLOOR" || exit 1
+        start_side floor2_pid floor2 "${BPFTRACE[@]}" -e "$BT_FLOOR" || exit 1
         start_side fentry_pid floor_fentry "${BPFTRACE[@]}" -e "$BT_FENTRY" ||
             say "no empty fentry programs: the floor of the fentry programs is the empty kprobe only"
         if [ $((round % 2)) = 0 ]; then
@@ -260,14 +265,16 @@ if [ $stats = 1 ]; then
         tcp_storm
         python3 xtask/lab/bpfstats.py "$side_pid" side "$round" "$out/doctor.json" >>"$res" ||
             say "bpf_stats of rdmatrace beside the floor could not be read"
-        python3 xtask/lab/bpfstats.py "$floor_pid" floor "$round" >>"$res" ||
-            say "bpf_stats of the floor could not be read"
+        for f in floor:$floor_pid floor2:$floor2_pid; do
+            python3 xtask/lab/bpfstats.py "${f#*:}" "${f%%:*}" "$round" >>"$res" ||
+                say "bpf_stats of the floor (${f%%:*}) could not be read"
+        done
         if [ -n "$fentry_pid" ]; then
             python3 xtask/lab/bpfstats.py "$fentry_pid" floor_fentry "$round" "hooks=$FENTRY_HOOKS" >>"$res" ||
                 say "bpf_stats of the empty fentry programs could not be read"
         fi
-        for p in $side_pid $floor_pid $fentry_pid; do kill -INT "$p"; done
-        for p in $side_pid $floor_pid $fentry_pid; do wait "$p"; done
+        for p in $side_pid $floor_pid $floor2_pid $fentry_pid; do kill -INT "$p"; done
+        for p in $side_pid $floor_pid $floor2_pid $fentry_pid; do wait "$p"; done
     done
 fi
 # Fresh recordings of today's probe set, for their size per event.

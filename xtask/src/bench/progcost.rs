@@ -53,23 +53,83 @@ fn in_round(lab: &LabResults, tool: &str, round: u32) -> Vec<(String, f64, f64)>
         .collect()
 }
 
-/// rdmatrace's program on hook `h` over each empty program (kprobe or tracepoint, fentry),
-/// pass by pass of the side-by-side passes: the medians of those ratios.
-fn floor_ratios(lab: &LabResults, h: &str) -> (Option<f64>, Option<f64>, usize) {
+/// The empty kprobe (tracepoint) on hook `h` in one round: the mean of the two loaded apart
+/// (`floor`, `floor2`), or the one there is.
+fn floor_in_round(lab: &LabResults, round: u32, h: &str) -> Option<(String, f64, f64)> {
+    let a = find(&in_round(lab, "floor", round), h);
+    let b = find(&in_round(lab, "floor2", round), h);
+    match (a, b) {
+        (Some(a), Some(b)) => Some((a.0, (a.1 + b.1) / 2.0, (a.2 + b.2) / 2.0)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The rounds with figures of `tool`.
+fn rounds(lab: &LabResults, tool: &str) -> Vec<u32> {
+    let prefix = format!("{tool}:");
     let mut rounds: Vec<u32> = lab
         .series()
         .into_iter()
-        .filter(|(m, t)| m == "prog_ns" && t.starts_with("side:"))
+        .filter(|(m, t)| m == "prog_ns" && t.starts_with(&prefix))
         .flat_map(|(m, t)| lab.rounds_of(&m, &t))
         .collect();
     rounds.sort_unstable();
     rounds.dedup();
+    rounds
+}
+
+/// (hook, median ns/run, median runs) of the empty kprobes (tracepoints), each round's the
+/// mean of the two.
+fn floor_per_hook(lab: &LabResults) -> Vec<(String, f64, f64)> {
+    let hooks: BTreeSet<String> = per_hook(lab, "floor")
+        .into_iter()
+        .chain(per_hook(lab, "floor2"))
+        .map(|h| h.0)
+        .collect();
+    hooks
+        .into_iter()
+        .filter_map(|h| {
+            let v: Vec<_> = rounds(lab, "floor")
+                .into_iter()
+                .chain(rounds(lab, "floor2"))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .filter_map(|r| floor_in_round(lab, r, &h))
+                .collect();
+            let ns = median(&v.iter().map(|x| x.1).collect::<Vec<_>>())?;
+            let runs = median(&v.iter().map(|x| x.2).collect::<Vec<_>>())?;
+            Some((h, ns, runs))
+        })
+        .collect()
+}
+
+/// The widest gap between the two identical empty programs of one pass on one hook: (the
+/// slower over the faster, the hook), when both were measured.
+fn placement_spread(lab: &LabResults) -> Option<(f64, String)> {
+    let mut widest: Option<(f64, String)> = None;
+    for r in rounds(lab, "floor") {
+        for (h, a, _) in in_round(lab, "floor", r) {
+            let Some(b) = find(&in_round(lab, "floor2", r), &h) else {
+                continue;
+            };
+            let gap = a.max(b.1) / a.min(b.1);
+            if gap.is_finite() && widest.as_ref().is_none_or(|w| gap > w.0) {
+                widest = Some((gap, h));
+            }
+        }
+    }
+    widest
+}
+
+/// rdmatrace's program on hook `h` over each empty program (kprobe or tracepoint, fentry),
+/// pass by pass of the side-by-side passes: the medians of those ratios.
+fn floor_ratios(lab: &LabResults, h: &str) -> (Option<f64>, Option<f64>, usize) {
     let (mut vs_kprobe, mut vs_fentry) = (Vec::new(), Vec::new());
-    for r in &rounds {
+    for r in &rounds(lab, "side") {
         let Some(o) = find(&in_round(lab, "side", *r), h) else {
             continue;
         };
-        if let Some(f) = find(&in_round(lab, "floor", *r), h) {
+        if let Some(f) = floor_in_round(lab, *r, h) {
             vs_kprobe.push(o.1 / f.1);
         }
         if let Some(f) = find(&in_round(lab, "floor_fentry", *r), h) {
@@ -150,7 +210,7 @@ pub fn section(s: &mut String, lab: &LabResults) {
     let ours = per_hook(lab, "rdmatrace");
     let theirs = per_hook(lab, "bpftrace");
     let side = per_hook(lab, "side");
-    let floor = per_hook(lab, "floor");
+    let floor = floor_per_hook(lab);
     let floor_fentry = per_hook(lab, "floor_fentry");
     let _ = writeln!(s, "### Per-program cost (bpf_stats)\n");
     if ours.is_empty() {
@@ -174,8 +234,11 @@ pub fn section(s: &mut String, lab: &LabResults) {
          The floor is measured side by side: extra passes of perftest \
          (`ib_write_bw`, `ib_send_lat`) and the TCP storm, each with rdmatrace and empty bpftrace programs on the per-packet hooks \
          attached at once, so that a program and the empty ones run on the same packets at \
-         the same time: an empty kprobe (a tracepoint on the socket hooks) and, on the rxe \
-         functions, an empty fentry program (bpftrace's `kfunc:`). A per-packet hook is \
+         the same time: two empty kprobes (tracepoints on the socket hooks) from two bpftrace \
+         processes, whose mean is the floor of a pass (under TCG a program's time per run \
+         depends on where it was loaded: the two are identical programs loaded apart), and, on \
+         the rxe functions, an empty fentry program (bpftrace's `kfunc:`; one, as bpftool names \
+         no owner of a tracing program that would tell two bpftrace processes' apart). A per-packet hook is \
          held to the empty program of its own kind (rdmatrace's fentry programs to the empty \
          fentry program when there is one, the rest to the empty kprobe or tracepoint); the \
          ratio to the other empty program is given beside it. Targets: every rdmatrace \
@@ -268,8 +331,17 @@ pub fn section(s: &mut String, lab: &LabResults) {
             "\nSide by side: medians over the {passes} passes (the tracers attached in \
              alternating order: programs of one kind on one function, two kprobes or two fentry \
              programs, run in the order they were attached); a floor ratio is the median of the \
-             passes' own ratios.\n"
+             passes' own ratios."
         );
+        if let Some((gap, h)) = placement_spread(lab) {
+            let _ = write!(
+                s,
+                " The two identical empty programs on one hook in one pass differed by up to \
+                 {gap:.1}× (`{h}`): how far the placement of a program alone moves its time \
+                 per run here."
+            );
+        }
+        s.push_str("\n\n");
     } else {
         s.push('\n');
     }
@@ -283,7 +355,7 @@ pub fn section(s: &mut String, lab: &LabResults) {
 
 #[cfg(test)]
 mod tests {
-    use super::{find, floor_ratios, floor_verdict};
+    use super::{find, floor_per_hook, floor_ratios, floor_verdict, placement_spread};
     use crate::bench::lab::LabResults;
 
     #[test]
@@ -327,6 +399,32 @@ mod tests {
         assert_eq!(f, Some(2.0));
         assert_eq!(k, Some(4.0), "one pass had an empty kprobe");
         assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn the_floor_of_a_pass_is_the_mean_of_the_two_empty_programs() {
+        let text = "prog_ns side:sock_recv_length 1 500\nprog_runs side:sock_recv_length 1 10\n\
+                    prog_ns floor:sock_recv_length 1 200\nprog_runs floor:sock_recv_length 1 10\n\
+                    prog_ns floor2:sock_recv_length 1 300\nprog_runs floor2:sock_recv_length 1 10\n\
+                    prog_ns side:sock_recv_length 2 600\nprog_runs side:sock_recv_length 2 10\n\
+                    prog_ns floor:sock_recv_length 2 400\nprog_runs floor:sock_recv_length 2 10\n\
+                    prog_ns floor2:sock_recv_length 2 100\nprog_runs floor2:sock_recv_length 2 10\n\
+                    prog_ns side:sock_recv_length 3 500\nprog_runs side:sock_recv_length 3 10\n\
+                    prog_ns floor:sock_recv_length 3 250\nprog_runs floor:sock_recv_length 3 10\n\
+                    done - - 1\n";
+        let lab = LabResults::parse(text, 5, "k".into()).expect("parses");
+        // Passes 500/250, 600/250 and 500/250 (the third with one empty program only).
+        let (k, _, n) = floor_ratios(&lab, "sock_recv_length");
+        assert_eq!(k, Some(2.0));
+        assert_eq!(n, 3);
+        let f = floor_per_hook(&lab);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].1, 250.0);
+        // 400 against 100 in the second pass.
+        assert_eq!(
+            placement_spread(&lab),
+            Some((4.0, "sock_recv_length".into()))
+        );
     }
 
     #[test]
