@@ -112,9 +112,11 @@ pub struct Sampler {
     prev_tcp: HashMap<TcpPeerKey, TcpBytes>,
     prev_qp: HashMap<u64, QpTraffic>,
     /// The per-QP traffic slots (the per-packet path; `QP_TRAFFIC` takes a QP whose slot
-    /// another holds), and the previous totals by QP address.
+    /// another holds), the previous totals by QP address, and the slots left at the previous
+    /// sample with a key but no device name yet (a claim under way), by key.
     slots: Option<QpSlots>,
     prev_slot: HashMap<u64, QpTraffic>,
+    held_slot: HashMap<usize, u64>,
     /// The per-process TCP byte slots (the per-call path; `TCP_BYTES` takes a process and peer
     /// whose slot another pair holds).
     sock_slots: Option<sock_slots::SockSlotReader>,
@@ -273,6 +275,7 @@ impl Sampler {
             prev_qp: HashMap::new(),
             slots: None,
             prev_slot: HashMap::new(),
+            held_slot: HashMap::new(),
             sock_slots: None,
             prev_cq: HashMap::new(),
             prev_counters: HashMap::new(),
@@ -304,8 +307,16 @@ impl Sampler {
         };
         for i in 0..slots.len() {
             let Some(s) = slots.get(i).filter(|s| s.key != 0) else {
+                self.held_slot.remove(&i);
                 continue;
             };
+            // The key seen before the identity written ahead of it (a CPU that orders stores
+            // less strictly than x86): read again at the next sample, taken as it is then.
+            if s.traffic.qp.dev[0] == 0 && self.held_slot.get(&i) != Some(&s.key) {
+                self.held_slot.insert(i, s.key);
+                continue;
+            }
+            self.held_slot.remove(&i);
             let qp = s.key & !SLOT_FREED;
             let delta = qp_delta(self.prev_slot.insert(qp, s.traffic), s.traffic);
             if ts_ns != 0 && (delta.tx_packets | delta.rx_packets) != 0 {

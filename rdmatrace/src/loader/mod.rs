@@ -19,8 +19,7 @@ mod verify;
 
 use std::path::PathBuf;
 
-use aya::{maps::Array, programs::ProgramError, Ebpf, EbpfLoader};
-use rdmatrace_common::config::ProbeConfig;
+use aya::{programs::ProgramError, Ebpf, EbpfLoader};
 
 use crate::collect::{Area, Hook, ProbeSpec, Role, AREAS};
 use resolve::{kernel_has, Phases};
@@ -354,13 +353,7 @@ pub fn load(opts: &LoadOptions, areas: &[Area]) -> Result<Tracer, LoadError> {
         &mut cfg,
         &mut phases,
     );
-    {
-        let map = ebpf
-            .map_mut("CONFIG")
-            .ok_or(LoadError::MissingMap("CONFIG"))?;
-        let mut config: Array<_, ProbeConfig> = Array::try_from(map).map_err(LoadError::Config)?;
-        config.set(0, cfg, 0).map_err(LoadError::Config)?;
-    }
+    resolve::write_config(&mut ebpf, cfg)?;
     phases.mark("config set (the programs start emitting)");
     report.timings = phases.out;
     if report.attached().next().is_none() {

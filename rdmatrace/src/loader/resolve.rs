@@ -6,6 +6,25 @@ use rdmatrace_common::config::ProbeConfig;
 use super::{AttachReport, LoadError, LoadOptions, ProbeState, ProbeStatus};
 use crate::{btf, collect::Area};
 
+/// Writes `cfg` to the `CONFIG` map, twice: first with its gates (`ready`, `typed`) clear,
+/// then whole. The kernel copies an array value without atomicity, so a program running
+/// during the second copy that sees a gate set may see any other field of it, each of which
+/// the first copy already wrote with its final value.
+pub(super) fn write_config(ebpf: &mut aya::Ebpf, cfg: ProbeConfig) -> Result<(), LoadError> {
+    let map = ebpf
+        .map_mut("CONFIG")
+        .ok_or(LoadError::MissingMap("CONFIG"))?;
+    let mut config: aya::maps::Array<_, ProbeConfig> =
+        aya::maps::Array::try_from(map).map_err(LoadError::Config)?;
+    let gated = ProbeConfig {
+        ready: 0,
+        typed: 0,
+        ..cfg
+    };
+    config.set(0, gated, 0).map_err(LoadError::Config)?;
+    config.set(0, cfg, 0).map_err(LoadError::Config)
+}
+
 /// Resolves the config of every area `opts` does not switch off: the config, the areas that
 /// resolved, and the report of those that did not.
 pub(super) fn areas<'a>(

@@ -102,3 +102,50 @@ fn qp_slots_are_sampled_as_changes_and_freed_after_their_last_totals() {
     );
     assert_eq!(traffic_samples(&s.poll(5)), [(0x13, 2, 200, 1)]);
 }
+
+#[test]
+fn a_qp_slot_seen_with_its_key_before_its_identity_waits_one_sample() {
+    let slots = QpSlots::anonymous().expect("anonymous mapping");
+    let a = 0xffff_8880_1234_5000_u64;
+    let ia = qp_slot(a, slots.len() as u32) as usize;
+    let mut s = Sampler::with_sources(None, None, None, None);
+    s.with_slots(slots);
+    let put = |s: &Sampler, slot| s.slots.as_ref().expect("slots").put(ia, slot);
+    // The key is there, the device name not yet (a CPU that showed the key's store first).
+    let mut early = traffic(0x11, 3);
+    early.qp.dev = [0; 64];
+    early.qp.qpn = 0;
+    put(
+        &s,
+        QpSlot {
+            key: a,
+            traffic: early,
+        },
+    );
+    assert!(s.poll(1).is_empty(), "held, not sampled without its QP");
+    // By the next sample the identity is there: every packet so far, under its QP.
+    put(
+        &s,
+        QpSlot {
+            key: a,
+            traffic: traffic(0x11, 4),
+        },
+    );
+    assert_eq!(traffic_samples(&s.poll(2)), [(0x11, 4, 400, 1)]);
+    // A QP whose name never reads (the kernel's read of it failed) is taken at the second look.
+    let b = 0xffff_8880_1234_9000_u64;
+    let ib = qp_slot(b, s.slots.as_ref().expect("slots").len() as u32) as usize;
+    assert_ne!(ia, ib, "two QPs of this test share a slot");
+    let mut nameless = traffic(0x12, 2);
+    nameless.qp.dev = [0; 64];
+    let slots = s.slots.as_ref().expect("slots");
+    slots.put(
+        ib,
+        QpSlot {
+            key: b,
+            traffic: nameless,
+        },
+    );
+    assert!(s.poll(3).is_empty());
+    assert_eq!(traffic_samples(&s.poll(4)), [(0x12, 2, 200, 1)]);
+}
