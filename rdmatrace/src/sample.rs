@@ -24,6 +24,7 @@ use crate::{
     wire::{fixed, header, pod_bytes},
 };
 
+mod claims;
 mod sock_slots;
 
 fn port_sample(p: &crate::ports::Port, ts_ns: u64) -> PortSample {
@@ -112,11 +113,11 @@ pub struct Sampler {
     prev_tcp: HashMap<TcpPeerKey, TcpBytes>,
     prev_qp: HashMap<u64, QpTraffic>,
     /// The per-QP traffic slots (the per-packet path; `QP_TRAFFIC` takes a QP whose slot
-    /// another holds), the previous totals by QP address, and the slots left at the previous
-    /// sample with a key but no device name yet (a claim under way), by key.
+    /// another holds), the previous totals by QP address, and the slots seen with a key but
+    /// no device name yet (a claim under way).
     slots: Option<QpSlots>,
     prev_slot: HashMap<u64, QpTraffic>,
-    held_slot: HashMap<usize, u64>,
+    claims: claims::ClaimWait,
     /// The per-process TCP byte slots (the per-call path; `TCP_BYTES` takes a process and peer
     /// whose slot another pair holds).
     sock_slots: Option<sock_slots::SockSlotReader>,
@@ -275,7 +276,7 @@ impl Sampler {
             prev_qp: HashMap::new(),
             slots: None,
             prev_slot: HashMap::new(),
-            held_slot: HashMap::new(),
+            claims: claims::ClaimWait::default(),
             sock_slots: None,
             prev_cq: HashMap::new(),
             prev_counters: HashMap::new(),
@@ -307,16 +308,13 @@ impl Sampler {
         };
         for i in 0..slots.len() {
             let Some(s) = slots.get(i).filter(|s| s.key != 0) else {
-                self.held_slot.remove(&i);
+                self.claims.forget(i);
                 continue;
             };
-            // The key seen before the identity written ahead of it (a CPU that orders stores
-            // less strictly than x86): read again at the next sample, taken as it is then.
-            if s.traffic.qp.dev[0] == 0 && self.held_slot.get(&i) != Some(&s.key) {
-                self.held_slot.insert(i, s.key);
+            // No device name yet: a claim under way (see `claims`).
+            if self.claims.skip(i, s.key, s.traffic.qp.dev[0] == 0) {
                 continue;
             }
-            self.held_slot.remove(&i);
             let qp = s.key & !SLOT_FREED;
             let delta = qp_delta(self.prev_slot.insert(qp, s.traffic), s.traffic);
             if ts_ns != 0 && (delta.tx_packets | delta.rx_packets) != 0 {

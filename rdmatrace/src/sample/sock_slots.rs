@@ -6,15 +6,15 @@ use std::{collections::HashMap, path::Path};
 
 use rdmatrace_common::event::{sock_slot_family, sock_slot_tgid, SockSlot};
 
-use super::{tcp_delta, Sampler, TcpChanges};
+use super::{claims::ClaimWait, tcp_delta, Sampler, TcpChanges};
 use crate::loader::slots::SockSlots;
 
 /// The slots and the totals each held at the previous sample.
 pub(super) struct SockSlotReader {
     slots: SockSlots,
     prev: HashMap<usize, SockSlot>,
-    /// Slots left at the previous sample as claims under way ([`claiming`]), by key.
-    held: HashMap<usize, u64>,
+    /// Slots seen as claims under way ([`claiming`]).
+    claims: ClaimWait,
     /// Whether a process is known to be gone, by process id (`/proc/TGID`); tests stand in
     /// for the host.
     gone: fn(u32) -> bool,
@@ -53,7 +53,7 @@ impl Sampler {
         let mut reader = SockSlotReader {
             slots,
             prev: HashMap::new(),
-            held: HashMap::new(),
+            claims: ClaimWait::default(),
             gone,
         };
         // The baseline frees nothing (no slot has a previous total yet). The hash map's
@@ -85,14 +85,12 @@ impl SockSlotReader {
         for i in 0..self.slots.len() {
             let Some(mut now) = self.slots.get(i) else {
                 self.prev.remove(&i);
-                self.held.remove(&i);
+                self.claims.forget(i);
                 continue;
             };
-            if claiming(&now) && self.held.get(&i) != Some(&now.key) {
-                self.held.insert(i, now.key);
+            if self.claims.skip(i, now.key, claiming(&now)) {
                 continue;
             }
-            self.held.remove(&i);
             let prev = self.prev.get(&i).filter(|p| same_pair(p, &now)).copied();
             let tgid = sock_slot_tgid(now.key);
             let free = prev.is_some_and(|p| p.bytes == now.bytes)

@@ -86,15 +86,16 @@ fn floor_per_hook(lab: &LabResults) -> Vec<(String, f64, f64)> {
         .chain(per_hook(lab, "floor2"))
         .map(|h| h.0)
         .collect();
+    let passes: BTreeSet<u32> = rounds(lab, "floor")
+        .into_iter()
+        .chain(rounds(lab, "floor2"))
+        .collect();
     hooks
         .into_iter()
         .filter_map(|h| {
-            let v: Vec<_> = rounds(lab, "floor")
-                .into_iter()
-                .chain(rounds(lab, "floor2"))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .filter_map(|r| floor_in_round(lab, r, &h))
+            let v: Vec<_> = passes
+                .iter()
+                .filter_map(|r| floor_in_round(lab, *r, &h))
                 .collect();
             let ns = median(&v.iter().map(|x| x.1).collect::<Vec<_>>())?;
             let runs = median(&v.iter().map(|x| x.2).collect::<Vec<_>>())?;
@@ -111,8 +112,9 @@ const SETTLED_RUNS: f64 = 1000.0;
 fn placement_spread(lab: &LabResults) -> Option<(f64, String)> {
     let mut widest: Option<(f64, String)> = None;
     for r in rounds(lab, "floor") {
+        let second = in_round(lab, "floor2", r);
         for (h, a, runs) in in_round(lab, "floor", r) {
-            let Some(b) = find(&in_round(lab, "floor2", r), &h) else {
+            let Some(b) = find(&second, &h) else {
                 continue;
             };
             if runs.min(b.2) < SETTLED_RUNS {
@@ -389,17 +391,30 @@ mod tests {
         );
     }
 
+    /// Lab results of bpfstats lines, one (tool:hook, round, ns per run, runs) each.
+    fn lab_of(rows: &[(&str, u32, u32, u32)]) -> LabResults {
+        let mut text = String::new();
+        for (series, round, ns, runs) in rows {
+            text.push_str(&format!(
+                "prog_ns {series} {round} {ns}\nprog_runs {series} {round} {runs}\n"
+            ));
+        }
+        text.push_str("done - - 1\n");
+        LabResults::parse(&text, 5, "k".into()).expect("parses")
+    }
+
     #[test]
     fn floor_ratios_are_taken_pass_by_pass() {
-        let text = "prog_ns side:rxe_xmit_packet 1 400\nprog_runs side:rxe_xmit_packet 1 10\n\
-                    prog_ns floor_fentry:rxe_xmit_packet 1 200\nprog_runs floor_fentry:rxe_xmit_packet 1 10\n\
-                    prog_ns side:rxe_xmit_packet 2 300\nprog_runs side:rxe_xmit_packet 2 10\n\
-                    prog_ns floor_fentry:rxe_xmit_packet 2 100\nprog_runs floor_fentry:rxe_xmit_packet 2 10\n\
-                    prog_ns side:rxe_xmit_packet 3 330\nprog_runs side:rxe_xmit_packet 3 10\n\
-                    prog_ns floor_fentry:rxe_xmit_packet 3 300\nprog_runs floor_fentry:rxe_xmit_packet 3 10\n\
-                    prog_ns floor:rxe_xmit_packet 1 100\nprog_runs floor:rxe_xmit_packet 1 10\n\
-                    done - - 1\n";
-        let lab = LabResults::parse(text, 5, "k".into()).expect("parses");
+        let (side, fentry) = ("side:rxe_xmit_packet", "floor_fentry:rxe_xmit_packet");
+        let lab = lab_of(&[
+            (side, 1, 400, 10),
+            (fentry, 1, 200, 10),
+            (side, 2, 300, 10),
+            (fentry, 2, 100, 10),
+            (side, 3, 330, 10),
+            (fentry, 3, 300, 10),
+            ("floor:rxe_xmit_packet", 1, 100, 10),
+        ]);
         let (k, f, n) = floor_ratios(&lab, "rxe_xmit_packet");
         // Passes 2.0, 3.0 and 1.1: the median of the ratios, not a ratio of medians (330/200).
         assert_eq!(f, Some(2.0));
@@ -409,18 +424,23 @@ mod tests {
 
     #[test]
     fn the_floor_of_a_pass_is_the_mean_of_the_two_empty_programs() {
-        let text = "prog_ns side:sock_recv_length 1 500\nprog_runs side:sock_recv_length 1 10\n\
-                    prog_ns floor:sock_recv_length 1 200\nprog_runs floor:sock_recv_length 1 5000\n\
-                    prog_ns floor2:sock_recv_length 1 300\nprog_runs floor2:sock_recv_length 1 5000\n\
-                    prog_ns side:sock_recv_length 2 600\nprog_runs side:sock_recv_length 2 10\n\
-                    prog_ns floor:sock_recv_length 2 400\nprog_runs floor:sock_recv_length 2 5000\n\
-                    prog_ns floor2:sock_recv_length 2 100\nprog_runs floor2:sock_recv_length 2 5000\n\
-                    prog_ns side:sock_recv_length 3 500\nprog_runs side:sock_recv_length 3 10\n\
-                    prog_ns floor:sock_recv_length 3 250\nprog_runs floor:sock_recv_length 3 10\n\
-                    prog_ns floor:retransmit_timer 1 9000\nprog_runs floor:retransmit_timer 1 3\n\
-                    prog_ns floor2:retransmit_timer 1 1000\nprog_runs floor2:retransmit_timer 1 3\n\
-                    done - - 1\n";
-        let lab = LabResults::parse(text, 5, "k".into()).expect("parses");
+        let (side, a, b) = (
+            "side:sock_recv_length",
+            "floor:sock_recv_length",
+            "floor2:sock_recv_length",
+        );
+        let lab = lab_of(&[
+            (side, 1, 500, 10),
+            (a, 1, 200, 5000),
+            (b, 1, 300, 5000),
+            (side, 2, 600, 10),
+            (a, 2, 400, 5000),
+            (b, 2, 100, 5000),
+            (side, 3, 500, 10),
+            (a, 3, 250, 10),
+            ("floor:retransmit_timer", 1, 9000, 3),
+            ("floor2:retransmit_timer", 1, 1000, 3),
+        ]);
         // Passes 500/250, 600/250 and 500/250 (the third with one empty program only).
         let (k, _, n) = floor_ratios(&lab, "sock_recv_length");
         assert_eq!(k, Some(2.0));
