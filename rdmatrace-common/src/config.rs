@@ -63,6 +63,9 @@ pub struct ProbeConfig {
     pub sk_v6_rcv_saddr: u32,
     /// `struct sock.sk_protocol`.
     pub sk_protocol: u32,
+    /// `sock_common.skc_hash`: the socket's hash of its addresses and ports, which picks its
+    /// slot in `SOCK_SLOTS` (see [`crate::event::SockSlot`]).
+    pub sk_hash: u32,
 
     // struct rdma_restrack_entry (every user-visible RDMA object embeds one as `res`)
     pub res_task: u32,
@@ -212,7 +215,7 @@ pub struct ProbeConfig {
 
 /// Number of `enum rdma_restrack_type` values tracked (PD .. SRQ).
 pub const RES_TYPES: usize = 8;
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 62 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 336 + 63 * 4);
 
 /// [`ProbeConfig::typed`]: the rxe packets are counted by the fentry programs.
 pub const TYPED_RXE_PACKETS: u32 = 1;
@@ -265,6 +268,7 @@ impl ProbeConfig {
             sk_v6_daddr: U,
             sk_v6_rcv_saddr: U,
             sk_protocol: U,
+            sk_hash: U,
             res_task: U,
             res_type: U,
             res_user: U,

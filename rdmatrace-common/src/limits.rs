@@ -30,8 +30,8 @@ pub const MAX_QPS: u32 = 16384;
 /// Slots of the per-QP traffic array (`QP_SLOTS`), a power of two: a QP whose slot another
 /// QP holds is summed in the `QP_TRAFFIC` hash instead.
 pub const QP_SLOTS: u32 = 4096;
-/// Slots of the per-process TCP byte array (`SOCK_SLOTS`), a power of two: a process and peer
-/// whose slot another pair holds are summed in the `TCP_BYTES` hash instead.
+/// Slots of the per-process TCP byte array (`SOCK_SLOTS`), a power of two: a socket whose slot
+/// another socket holds is summed in the `TCP_BYTES` hash instead.
 pub const SOCK_SLOTS: u32 = 1024;
 
 /// CQs whose completion notifications are counted at once (LRU beyond that).

@@ -25,21 +25,24 @@ pub const SK_DADDR: i16 = 0x5a0e;
 pub const SK_V6_DADDR: i16 = 0x5a20;
 /// `sk + SK_V6_DADDR_HI`: its last 8 bytes.
 pub const SK_V6_DADDR_HI: i16 = 0x5a40;
+/// `sk + SK_HASH`: `sock_common.skc_hash` (the socket's slot).
+pub const SK_HASH: i16 = 0x5a12;
 
 /// The placeholders of the packet programs (`rxe_xmit_f`, `rxe_recv_f`).
 pub const PACKET: [i16; 2] = [ARG_SKB, SKB_LEN];
 /// The placeholders of the completion program (`rxe_cq_post_f`).
 pub const CQ_POST: [i16; 2] = [ARG_CQE, CQE_STATUS];
 /// The placeholders of the socket programs (`tcp_send_btf`, `tcp_recv_btf`).
-pub const SOCK: [i16; 5] = [
+pub const SOCK: [i16; 6] = [
     SK_PROTOCOL,
     SK_FAMILY,
     SK_DADDR,
     SK_V6_DADDR,
     SK_V6_DADDR_HI,
+    SK_HASH,
 ];
 /// Every placeholder, for user space to check that each was found and set.
-pub const ALL: [i16; 9] = [
+pub const ALL: [i16; 10] = [
     ARG_SKB,
     SKB_LEN,
     ARG_CQE,
@@ -49,4 +52,5 @@ pub const ALL: [i16; 9] = [
     SK_DADDR,
     SK_V6_DADDR,
     SK_V6_DADDR_HI,
+    SK_HASH,
 ];

@@ -88,21 +88,31 @@ pub fn qp_slot(qp: u64, slots: u32) -> u32 {
     ((qp >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32 & (slots - 1)
 }
 
-/// One slot of the per-process TCP byte array (`SOCK_SLOTS`): a process's totals towards one
-/// peer, like a `TCP_BYTES` entry, in the slot [`sock_slot`] hashes the process and peer to.
-/// Per send or receive the kernel program compares `key` and the peer address and adds (no
-/// hash-map lookup); a process and peer whose slot another pair holds go to `TCP_BYTES`.
-/// `key` is 0 for a free slot, else [`sock_slot_key`] of the process and the peer's family;
-/// `bytes.daddr` is the peer. The kernel claims only a free slot, writing the identity
-/// (process name, peer) before `key`; user space frees the slot of a process that is gone once
-/// its last totals are read (zeroes it, `key` last).
+/// One slot of the per-process TCP byte array (`SOCK_SLOTS`): one socket's totals while one
+/// process uses it, in the slot [`sock_slot`] puts the socket's own hash in. Per send
+/// or receive the kernel program compares `sk` and the process in `key`, and adds: no hash-map
+/// lookup, and of the socket only its hash is read (its protocol, family and peer once, when
+/// the slot is claimed). A socket whose slot another holds, and a process using a socket
+/// another process's slot holds, go to `TCP_BYTES`. `key` is 0 for a free slot, else
+/// [`sock_slot_key`] of the process and the peer's family; `sk` is the socket's address, with
+/// [`SOCK_CLOSED`] set once the socket closed (it then matches no socket: the kernel reuses a
+/// closed socket's memory for new ones); `bytes.daddr` is the peer. The kernel claims only a
+/// free slot, writing the identity (process name, peer, socket) before `key`; user space
+/// frees a slot whose socket closed or whose process is gone once its last totals are read
+/// (zeroes it, `key` last). User space sums a process's slots towards one peer (one per
+/// socket) with its `TCP_BYTES` entry.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SockSlot {
     pub key: u64,
+    pub sk: u64,
     pub bytes: TcpBytes,
 }
-const _: () = assert!(core::mem::size_of::<SockSlot>() == 80);
+const _: () = assert!(core::mem::size_of::<SockSlot>() == 88);
+
+/// Set in [`SockSlot::sk`] by the kernel when the socket closes (socket addresses are aligned,
+/// so no socket's address has it).
+pub const SOCK_CLOSED: u64 = 1;
 
 /// [`SockSlot::key`] of process `tgid` towards a peer of address family `family` (never 0).
 #[inline(always)]
@@ -120,18 +130,14 @@ pub const fn sock_slot_family(key: u64) -> u16 {
     (key >> 16) as u16
 }
 
-/// The slot of process `tgid` towards the peer `daddr` (its 16 bytes as two native words)
-/// among `slots` (a power of two, at least 2): the top bits of the three mixed by
-/// splitmix64's finalizer (addresses differ in a few bytes only; a plain multiplicative hash
-/// left a third of the slots unused for one process's loopback peers).
+/// The slot of a socket whose `skc_hash` (its hash of its addresses and ports, set when it
+/// connects or is accepted) is `hash`, among `slots` (a power of two, at least 2): the top bits
+/// of a multiplicative hash of it. (The socket's address itself cannot be hashed by a typed
+/// program: the verifier allows no arithmetic on a typed pointer.)
 #[inline(always)]
-pub fn sock_slot(tgid: u32, daddr: [u64; 2], slots: u32) -> u32 {
-    let mut x =
-        u64::from(tgid).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ daddr[0] ^ daddr[1].rotate_left(32);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
-    (x >> (64 - slots.trailing_zeros())) as u32 & (slots - 1)
+pub fn sock_slot(hash: u32, slots: u32) -> u32 {
+    (u64::from(hash).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - slots.trailing_zeros())) as u32
+        & (slots - 1)
 }
 
 #[repr(C)]

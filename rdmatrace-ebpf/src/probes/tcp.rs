@@ -11,8 +11,8 @@ use aya_ebpf::{
 use rdmatrace_common::{
     config::ProbeConfig,
     event::{
-        reason, sock_slot, sock_slot_key, transport, EventKind, Owner, RetransmitEvent, TcpBytes,
-        TcpPeerKey, TcpStateEvent, TcpTuple,
+        reason, sock_slot, sock_slot_key, sock_slot_tgid, transport, EventKind, Owner,
+        RetransmitEvent, SockSlot, TcpBytes, TcpPeerKey, TcpStateEvent, TcpTuple, SOCK_CLOSED,
     },
     limits::{SOCK_SLOTS as SOCK_SLOT_COUNT, UNRESOLVED},
 };
@@ -75,6 +75,9 @@ fn try_tcp_state(ctx: &RawTracePointContext) -> Option<u32> {
     // A closed socket's memory is reused for new sockets: they must not inherit its owner.
     if newstate == TCP_CLOSE {
         let _ = SOCK_OWNER.remove(&sk);
+        if let Some(cfg) = config() {
+            closed(cfg, sk);
+        }
     }
     r
 }
@@ -251,23 +254,29 @@ fn add_bytes(
     if known {
         key.family = family;
     }
-    add_to(totals(cfg, key)?, bytes, tx);
+    add_to(totals(cfg, sk, key)?, bytes, tx);
     Some(0)
 }
 
-/// The totals of `key`: its slot in `SOCK_SLOTS` when the config allows slots and the slot is
-/// its own or free; otherwise its `TCP_BYTES` entry ([`hashed`]).
+/// The totals of `key` on socket `sk`: the socket's slot in `SOCK_SLOTS` when the config
+/// allows slots and the slot is this socket's in this process, or free; otherwise its
+/// `TCP_BYTES` entry ([`hashed`]).
 #[inline(always)]
-fn totals(cfg: &ProbeConfig, key: &TcpPeerKey) -> Option<*mut TcpBytes> {
+fn totals(cfg: &ProbeConfig, sk: u64, key: &TcpPeerKey) -> Option<*mut TcpBytes> {
     if cfg.sock_slots != 0 {
-        // SAFETY: the key's address is 8-aligned (after two 4-byte fields of a struct
-        // aligned to 8).
-        let d = unsafe {
-            let p = key.daddr.as_ptr().cast::<u64>();
-            [p.read(), p.add(1).read()]
-        };
-        if let Some(v) = slot(key.tgid, key.family, d) {
-            return Some(v);
+        if let Some(s) = read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of) {
+            if let Some(v) = held(s, sk, key.tgid) {
+                return Some(v);
+            }
+            // SAFETY: the key's address is 8-aligned (after two 4-byte fields of a struct
+            // aligned to 8).
+            let d = unsafe {
+                let p = key.daddr.as_ptr().cast::<u64>();
+                [p.read(), p.add(1).read()]
+            };
+            if let Some(v) = claim(s, sk, key.tgid, key.family, d) {
+                return Some(v);
+            }
         }
     }
     hashed(key)
@@ -299,42 +308,82 @@ pub fn hashed(key: &TcpPeerKey) -> Option<*mut TcpBytes> {
     TCP_BYTES.get_ptr_mut(key)
 }
 
-/// The totals of process `tgid` towards the peer of family `family` at address `d` (its 16
-/// bytes as two native words) in `SOCK_SLOTS`: its own slot, or the free slot it hashes to,
-/// claimed now (identity written before the key, which user space reads first); `None` when
-/// another process or peer holds that slot. Per call: the verifier's inlined array lookup and
-/// three compares. (Two CPUs claiming one free slot for two new pairs at once may leave it
-/// with one pair's process and the other's peer, holding that first call: bounded, and only
-/// for two new pairs of one slot starting together; both go on in `TCP_BYTES`. Two claiming
-/// it for one pair both count in it.)
+/// The slot of the socket whose `skc_hash` is `hash` in `SOCK_SLOTS` (the verifier's inlined
+/// array lookup).
 #[inline(always)]
-pub fn slot(tgid: u32, family: u16, d: [u64; 2]) -> Option<*mut TcpBytes> {
-    let s = SOCK_SLOTS.get_ptr_mut(sock_slot(tgid, d, SOCK_SLOT_COUNT))?;
-    let want = sock_slot_key(tgid, family);
+pub fn slot_of(hash: u32) -> Option<*mut SockSlot> {
+    SOCK_SLOTS.get_ptr_mut(sock_slot(hash, SOCK_SLOT_COUNT))
+}
+
+/// The totals in slot `s` when it holds socket `sk` for process `tgid`: the per-call path
+/// (two compares; nothing read from the socket).
+#[inline(always)]
+pub fn held(s: *mut SockSlot, sk: u64, tgid: u32) -> Option<*mut TcpBytes> {
     // SAFETY: a live map value; other CPUs add to its counters and user space frees it, key
-    // last, so every access goes through volatile reads and writes. Its peer address is
-    // 8-aligned (offset 56 of an 8-aligned value).
+    // last, so it is read through volatile reads. A slot freed or claimed again between the
+    // two reads fails one compare or the other (the kernel writes `sk` before the key, user
+    // space zeroes the key last).
     unsafe {
-        let k = core::ptr::read_volatile(&raw const (*s).key);
-        let b = &raw mut (*s).bytes;
-        let peer = (&raw mut (*b).daddr).cast::<u64>();
-        if k == want {
-            let same = core::ptr::read_volatile(peer) == d[0]
-                && core::ptr::read_volatile(peer.add(1)) == d[1];
-            return if same { Some(b) } else { None };
+        let mine = core::ptr::read_volatile(&raw const (*s).sk) == sk
+            && sock_slot_tgid(core::ptr::read_volatile(&raw const (*s).key)) == tgid;
+        if mine {
+            Some(&raw mut (*s).bytes)
+        } else {
+            None
         }
-        if k != 0 {
+    }
+}
+
+/// Claims slot `s` when it is free for socket `sk` of process `tgid` towards the peer of
+/// family `family` at address `d` (its 16 bytes as two native words): identity written before
+/// the key, which user space reads first. `None` when another socket or process holds it.
+/// (Two CPUs claiming one free slot for two sockets at once may leave it with one's socket and
+/// the other's process or peer, holding that first call: bounded, and only for two new
+/// sockets of one slot starting together; both go on in `TCP_BYTES`.)
+#[inline(always)]
+pub fn claim(
+    s: *mut SockSlot,
+    sk: u64,
+    tgid: u32,
+    family: u16,
+    d: [u64; 2],
+) -> Option<*mut TcpBytes> {
+    // SAFETY: a live map value, written through volatile writes (see `held`); its peer
+    // address is 8-aligned (offset 64 of an 8-aligned value).
+    unsafe {
+        if core::ptr::read_volatile(&raw const (*s).key) != 0 {
             return None;
         }
+        let b = &raw mut (*s).bytes;
+        let peer = (&raw mut (*b).daddr).cast::<u64>();
         // A free slot's counters are zero (the array starts so; user space zeroes a slot
         // before freeing it): not written here, so that another CPU claiming it for the same
-        // pair at once cannot wipe this one's first add.
+        // socket at once cannot wipe this one's first add.
         comm_into(&mut (*b).comm);
         core::ptr::write_volatile(peer, d[0]);
         core::ptr::write_volatile(peer.add(1), d[1]);
         core::ptr::write_volatile(&raw mut (*b).family, family);
-        core::ptr::write_volatile(&raw mut (*s).key, want);
+        core::ptr::write_volatile(&raw mut (*s).sk, sk);
+        core::ptr::write_volatile(&raw mut (*s).key, sock_slot_key(tgid, family));
         Some(b)
+    }
+}
+
+/// Socket `sk` closed: its slot, if it holds it, stops matching it (the kernel reuses a closed
+/// socket's memory for new sockets, which must not count as this one), and user space frees
+/// it once its last totals are read.
+#[inline(always)]
+fn closed(cfg: &ProbeConfig, sk: u64) {
+    if cfg.sock_slots == 0 || sk == 0 {
+        return;
+    }
+    if let Some(s) = read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of) {
+        // SAFETY: a live map value (see `held`).
+        unsafe {
+            if core::ptr::read_volatile(&raw const (*s).sk) == sk {
+                core::ptr::write_volatile(&raw mut (*s).sk, sk | SOCK_CLOSED);
+            }
+        }
     }
 }
 

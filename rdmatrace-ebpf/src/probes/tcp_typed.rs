@@ -14,7 +14,7 @@ use rdmatrace_common::{config::TYPED_SOCK, event::TcpPeerKey, patch};
 use crate::{
     emit::wanted_task,
     maps::CONFIG,
-    probes::tcp::{add_to, hashed, slot, AF_INET, AF_INET6, IPPROTO_TCP},
+    probes::tcp::{add_to, claim, hashed, held, slot_of, AF_INET, AF_INET6, IPPROTO_TCP},
     typed::load,
     zero::Slot,
 };
@@ -30,36 +30,48 @@ pub fn tcp_recv_btf(ctx: BtfTracePointContext) -> u32 {
 }
 
 /// Every socket send/recv in the caller's context; TCP ones (over IPv4 or IPv6) are summed per
-/// process and peer: in the pair's slot, the peer's address kept in registers, or else in the
-/// hash by a key made on the stack. The config's `ready` is not checked: `typed` is zero until
-/// user space writes the config whole.
+/// process and peer. A socket whose slot this process holds is added to at once (of the
+/// socket only its hash read, no filter: the slot was claimed past it); otherwise the filter, the
+/// socket's protocol, family and peer, then its slot claimed, or else the hash by a key made
+/// on the stack. The config's `ready` is not checked: `typed` is zero until user space writes
+/// the config whole.
 #[inline(always)]
 fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
     let cfg = CONFIG.get(0)?;
     if cfg.typed & TYPED_SOCK == 0 {
         return None;
     }
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !wanted_task(cfg, tgid) {
-        return None;
-    }
     let args = ctx.as_ptr().cast::<u8>();
     // SAFETY: the context holds the tracepoint's arguments as 8-byte slots (the socket, then
     // the bytes moved or an error); the socket's fields are loads the verifier checks against
     // `struct sock`'s BTF once user space has set their offsets (a fault reads zero).
-    let (ret, family, d) = unsafe {
-        let sk = load::<u64>(args, 0);
-        let ret = load::<u64>(args, 8) as i32;
-        if ret <= 0 || sk == 0 {
+    let (sk, ret) = unsafe { (load::<u64>(args, 0), load::<u64>(args, 8) as i32) };
+    if ret <= 0 || sk == 0 {
+        return None;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let s = if cfg.sock_slots != 0 {
+        // SAFETY: as above.
+        slot_of(unsafe { load::<u32>(sk as *const u8, patch::SK_HASH) })
+    } else {
+        None
+    };
+    if let Some(t) = s.and_then(|s| held(s, sk, tgid)) {
+        add_to(t, ret as u64, tx);
+        return Some(0);
+    }
+    if !wanted_task(cfg, tgid) {
+        return None;
+    }
+    let p = sk as *const u8;
+    // SAFETY: as above.
+    let (family, d) = unsafe {
+        if load::<u16>(p, patch::SK_PROTOCOL) != IPPROTO_TCP {
             return None;
         }
-        let sk = sk as *const u8;
-        if load::<u16>(sk, patch::SK_PROTOCOL) != IPPROTO_TCP {
-            return None;
-        }
-        let family = load::<u16>(sk, patch::SK_FAMILY);
+        let family = load::<u16>(p, patch::SK_FAMILY);
         let d = if family == AF_INET {
-            let a = u64::from(load::<u32>(sk, patch::SK_DADDR));
+            let a = u64::from(load::<u32>(p, patch::SK_DADDR));
             // The address's four bytes first in memory, as in the key.
             [
                 if cfg!(target_endian = "little") {
@@ -71,20 +83,15 @@ fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
             ]
         } else if family == AF_INET6 {
             [
-                load::<u64>(sk, patch::SK_V6_DADDR),
-                load::<u64>(sk, patch::SK_V6_DADDR_HI),
+                load::<u64>(p, patch::SK_V6_DADDR),
+                load::<u64>(p, patch::SK_V6_DADDR_HI),
             ]
         } else {
             return None;
         };
-        (ret, family, d)
+        (family, d)
     };
-    let slotted = if cfg.sock_slots != 0 {
-        slot(tgid, family, d)
-    } else {
-        None
-    };
-    let t = match slotted {
+    let t = match s.and_then(|s| claim(s, sk, tgid, family, d)) {
         Some(t) => t,
         None => {
             let mut key_slot = Slot::<TcpPeerKey>::new();

@@ -78,6 +78,7 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
     cfg.sk_dport = offset_of(btf, "sock_common", "skc_dport")?;
     cfg.sk_daddr = offset_of(btf, "sock_common", "skc_daddr")?;
     cfg.sk_rcv_saddr = offset_of(btf, "sock_common", "skc_rcv_saddr")?;
+    cfg.sk_hash = offset_of(btf, "sock_common", "skc_hash")?;
     cfg.sk_protocol = offset_of(btf, "sock", "sk_protocol")?;
     // `struct sock` starts with its `sock_common`; check rather than assume.
     let common = offset_of(btf, "sock", "__sk_common")?;
@@ -106,6 +107,7 @@ fn resolve(kbtf: &mut KernelBtf, cfg: &mut ProbeConfig) -> Result<Vec<String>, B
         &mut cfg.sk_dport,
         &mut cfg.sk_daddr,
         &mut cfg.sk_rcv_saddr,
+        &mut cfg.sk_hash,
     ] {
         *off += common;
     }

@@ -167,14 +167,14 @@ impl<T: SlotValue> Slots<T> {
         }
     }
 
-    /// Frees slot `i` (its owner gone, its totals read): zeroed, the key last, so the kernel
-    /// only claims it once it is clean.
+    /// Frees slot `i` (its owner gone or, for a socket's slot, its socket closed; its totals
+    /// read): zeroed, the key last, so the kernel only claims it once it is clean.
     pub fn free(&self, i: usize) {
         if i >= self.len {
             return;
         }
         // SAFETY: as in `get` (the value's size a multiple of 8); the owner of this slot is
-        // gone, so no program adds to it.
+        // gone (a closed socket's slot matches no socket), so no program adds to it.
         unsafe {
             let words = self.base.as_ptr().add(i).cast::<u64>();
             for w in 1..std::mem::size_of::<T>() / 8 {
@@ -231,9 +231,14 @@ impl<T: SlotValue> Drop for Slots<T> {
     }
 }
 
-/// The per-process TCP byte slots, mapped; `None` (every call through the `TCP_BYTES` hash,
-/// said in the report) when the array cannot be mapped.
+/// The per-process TCP byte slots, mapped; `None` (every call through the `TCP_BYTES` hash)
+/// when the array cannot be mapped (said in the report), or when the TCP state program, which
+/// releases a closed socket's slot, is not attached (a socket's slot is matched by its address,
+/// which the kernel reuses for new sockets once it is closed).
 pub(super) fn for_sockets(ebpf: &aya::Ebpf, report: &mut super::AttachReport) -> Option<SockSlots> {
+    if !report.attached().any(|p| p.spec.program == "tcp_state") {
+        return None;
+    }
     match ebpf.map(SockSlot::MAP).map(SockSlots::map) {
         Some(Ok(s)) => Some(s),
         Some(Err(e)) => {

@@ -73,6 +73,7 @@ fn offsets(cfg: &ProbeConfig, name: &str) -> Result<Vec<(i16, u32)>, String> {
             cfg.sk_family,
             cfg.sk_daddr,
             cfg.sk_v6_daddr,
+            cfg.sk_hash,
         ];
         if unresolved(&fields) {
             return Err("a socket field is unresolved".into());
@@ -83,6 +84,7 @@ fn offsets(cfg: &ProbeConfig, name: &str) -> Result<Vec<(i16, u32)>, String> {
             (patch::SK_DADDR, cfg.sk_daddr),
             (patch::SK_V6_DADDR, cfg.sk_v6_daddr),
             (patch::SK_V6_DADDR_HI, cfg.sk_v6_daddr + 8),
+            (patch::SK_HASH, cfg.sk_hash),
         ]);
     }
     let arg_skb = if name == XMIT {
@@ -360,13 +362,14 @@ mod tests {
             cfg.sk_family,
             cfg.sk_daddr,
             cfg.sk_v6_daddr,
-        ) = (516, 16, 0, 56);
+            cfg.sk_hash,
+        ) = (516, 16, 0, 56, 8);
         for (name, wanted, at) in [
             (XMIT, &patch::PACKET[..], &[16, 112][..]),
             (RECV, &patch::PACKET, &[8, 112]),
             (CQ_POST, &patch::CQ_POST, &[8, 44]),
-            (SEND, &patch::SOCK, &[516, 16, 0, 56, 64]),
-            (RECV_SOCK, &patch::SOCK, &[516, 16, 0, 56, 64]),
+            (SEND, &patch::SOCK, &[516, 16, 0, 56, 64, 8]),
+            (RECV_SOCK, &patch::SOCK, &[516, 16, 0, 56, 64, 8]),
         ] {
             let mut insns = code(name);
             // LLVM kept each placeholder as the offset of a load (not folded into an address).

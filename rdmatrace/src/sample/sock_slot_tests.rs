@@ -1,7 +1,9 @@
 //! The sampler over the per-process TCP byte slots, the kernel's part played by writing the
 //! slots, a process known gone by its id (1000 and above).
 
-use rdmatrace_common::event::{sock_slot, sock_slot_key, EventKind, TcpBytes, TcpBytesSample};
+use rdmatrace_common::event::{
+    sock_slot, sock_slot_key, EventKind, TcpBytes, TcpBytesSample, SOCK_CLOSED,
+};
 
 use super::*;
 use crate::sample::Sampler;
@@ -10,7 +12,8 @@ fn gone(tgid: u32) -> bool {
     tgid >= 1000
 }
 
-/// Process `tgid`'s slot towards IPv4 peer `peer`, after `calls` sends of 10 bytes.
+/// Process `tgid`'s slot of a socket towards IPv4 peer `peer` (the socket's address made of
+/// both), after `calls` sends of 10 bytes.
 fn slot(tgid: u32, peer: [u8; 4], calls: u64) -> SockSlot {
     let mut daddr = [0; 16];
     daddr[..4].copy_from_slice(&peer);
@@ -18,6 +21,7 @@ fn slot(tgid: u32, peer: [u8; 4], calls: u64) -> SockSlot {
     comm[..4].copy_from_slice(b"cli\0");
     SockSlot {
         key: sock_slot_key(tgid, 2),
+        sk: 0xffff_8881_0000_0000 | u64::from(tgid) << 12 | u64::from(peer[3]) << 4,
         bytes: TcpBytes {
             tx_bytes: calls * 10,
             rx_bytes: 0,
@@ -31,11 +35,10 @@ fn slot(tgid: u32, peer: [u8; 4], calls: u64) -> SockSlot {
     }
 }
 
+/// The slot of a socket whose `skc_hash` is made of `tgid` and `peer` (any distinct value
+/// per pair of this test).
 fn index(tgid: u32, peer: [u8; 4], n: usize) -> usize {
-    let mut d = [0u8; 16];
-    d[..4].copy_from_slice(&peer);
-    let w = |b: &[u8]| u64::from_ne_bytes(b.try_into().expect("8 bytes"));
-    sock_slot(tgid, [w(&d[..8]), w(&d[8..])], n as u32) as usize
+    sock_slot(tgid.wrapping_mul(31) ^ u32::from_be_bytes(peer), n as u32) as usize
 }
 
 /// The TCP byte samples in `records`: (pid, peer's first byte, tx calls, tx bytes).
@@ -112,33 +115,73 @@ fn socket_slots_are_sampled_as_changes_and_freed_once_their_process_is_gone() {
 }
 
 #[test]
-fn socket_slots_spread_processes_and_peers() {
+fn socket_slots_spread_socket_hashes() {
     let n = SockSlots::anonymous().expect("anonymous mapping").len();
-    let distinct = |v: Vec<usize>| {
+    let distinct = |v: Vec<u32>| {
         v.into_iter()
+            .map(|h| sock_slot(h, n as u32))
             .collect::<std::collections::HashSet<_>>()
             .len()
     };
-    // 256 processes of one host towards one peer, one process towards 256 peers, and 256
-    // IPv6 peers differing in their last bytes only: few pairs share a slot.
-    let by_process = distinct((1000..1256).map(|t| index(t, [127, 0, 0, 1], n)).collect());
-    let by_peer = distinct((0..=255).map(|b| index(4242, [10, 0, 1, b], n)).collect());
-    // As many loopback peers of one process as slots: about 1 - 1/e of the slots taken, as
-    // for a random spread (the root host test sends to these).
-    let loopback = distinct(
+    // Consecutive hashes (the worst case of a multiplicative hash's input) and as many
+    // scattered ones as slots (the kernel's `skc_hash` is a keyed hash of the connection):
+    // about 1 - 1/e of the slots taken for the latter, as for a random spread.
+    let consecutive = distinct((0..256).collect());
+    assert!(
+        consecutive >= 250,
+        "256 consecutive hashes in {consecutive} slots"
+    );
+    let mut x = 0x1234_5678u32;
+    let scattered = distinct(
         (0..n)
-            .map(|i| index(4242, [127, 0, 1 + (i / 250) as u8, 1 + (i % 250) as u8], n))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x
+            })
             .collect(),
     );
-    assert!(loopback >= n * 6 / 10, "{n} peers in only {loopback} slots");
-    let v6 = distinct(
-        (0..256u64)
-            .map(|b| sock_slot(4242, [0x20_01_0d_b8, b << 56], n as u32) as usize)
-            .collect(),
+    assert!(
+        scattered >= n * 6 / 10,
+        "{n} sockets in only {scattered} slots"
     );
-    for (what, d) in [("processes", by_process), ("peers", by_peer), ("v6", v6)] {
-        assert!(d >= 200, "256 {what} in only {d} of {n} slots");
-    }
+}
+
+#[test]
+fn a_closed_sockets_slot_is_freed_once_read_and_one_process_sockets_to_one_peer_are_one_record() {
+    let slots = SockSlots::anonymous().expect("anonymous mapping");
+    let n = slots.len();
+    let (ia, ib) = (index(7, [10, 0, 0, 1], n), index(7, [10, 0, 0, 2], n));
+    assert_ne!(ia, ib, "two sockets of this test share a slot");
+    let mut s = Sampler::with_sources(None, None, None, None);
+    s.with_sock_slots_checked(slots, gone);
+    let put = |s: &Sampler, i, v| s.sock_slots.as_ref().expect("slots").slots.put(i, v);
+    let raw = |s: &Sampler, i| s.sock_slots.as_ref().expect("slots").slots.raw(i);
+    // Two sockets of process 7 towards one peer (10.0.0.1), in two slots.
+    let mut other = slot(7, [10, 0, 0, 1], 2);
+    other.sk += 0x800;
+    put(&s, ia, slot(7, [10, 0, 0, 1], 3));
+    put(&s, ib, other);
+    assert_eq!(samples(&s.poll(1)), [(7, 10, 5, 50)]);
+    // The first closes after one more call: counted, then (not moving) freed though its
+    // process lives on; the other stays.
+    let mut closed = slot(7, [10, 0, 0, 1], 4);
+    closed.sk |= SOCK_CLOSED;
+    put(&s, ia, closed);
+    assert_eq!(samples(&s.poll(2)), [(7, 10, 1, 10)]);
+    assert_eq!(
+        raw(&s, ia).key,
+        sock_slot_key(7, 2),
+        "moved: kept a sample more"
+    );
+    assert!(s.poll(3).is_empty());
+    assert_eq!(raw(&s, ia).key, 0, "closed and read: freed");
+    assert_eq!(raw(&s, ia).sk, 0);
+    assert_eq!(raw(&s, ib), other, "its process lives, its socket is open");
+    // A new socket at the freed slot (the kernel reused the closed one's memory): all new.
+    put(&s, ia, slot(7, [10, 0, 0, 1], 1));
+    assert_eq!(samples(&s.poll(4)), [(7, 10, 1, 10)]);
 }
 
 #[test]

@@ -1,10 +1,11 @@
 //! The per-process TCP byte slots (`SOCK_SLOTS`, see `rdmatrace_common::event::SockSlot`) in
-//! the sampler: each slot that moved gives its change, like a `TCP_BYTES` entry; a slot whose
-//! process is gone is freed once its last totals are read.
+//! the sampler: each slot that moved gives its change, like a `TCP_BYTES` entry (a process's
+//! sockets towards one peer summed); a slot whose socket closed or whose process is gone is
+//! freed once its last totals are read.
 
 use std::{collections::HashMap, path::Path};
 
-use rdmatrace_common::event::{sock_slot_family, sock_slot_tgid, SockSlot};
+use rdmatrace_common::event::{sock_slot_family, sock_slot_tgid, SockSlot, SOCK_CLOSED};
 
 use super::{claims::ClaimWait, tcp_delta, Sampler, TcpChanges};
 use crate::loader::slots::SockSlots;
@@ -63,9 +64,14 @@ impl Sampler {
     }
 }
 
-/// Whether `a` and `b` are the same process and peer.
+/// Whether `a` and `b` are the same socket, process and peer (the socket closed or not).
 fn same_pair(a: &SockSlot, b: &SockSlot) -> bool {
-    a.key == b.key && a.bytes.daddr == b.bytes.daddr
+    a.key == b.key && a.sk | SOCK_CLOSED == b.sk | SOCK_CLOSED && a.bytes.daddr == b.bytes.daddr
+}
+
+/// Whether the kernel saw the slot's socket close.
+fn closed(s: &SockSlot) -> bool {
+    s.sk & SOCK_CLOSED != 0
 }
 
 /// Whether a slot's key may be seen before the identity written ahead of it (a CPU that orders
@@ -78,8 +84,8 @@ fn claiming(s: &SockSlot) -> bool {
 
 impl SockSlotReader {
     /// Adds to `changes` what each slot's pair did since the previous call. A slot that did
-    /// not move is checked for its process: when that is gone, the slot is read once more (a
-    /// last call may have come between) and freed.
+    /// not move is freed when its socket closed or its process is gone, read once more first
+    /// (a last call may have come between).
     pub(super) fn poll(&mut self, changes: &mut TcpChanges) {
         let mut gone: HashMap<u32, bool> = HashMap::new();
         for i in 0..self.slots.len() {
@@ -94,7 +100,7 @@ impl SockSlotReader {
             let prev = self.prev.get(&i).filter(|p| same_pair(p, &now)).copied();
             let tgid = sock_slot_tgid(now.key);
             let free = prev.is_some_and(|p| p.bytes == now.bytes)
-                && *gone.entry(tgid).or_insert_with(|| (self.gone)(tgid));
+                && (closed(&now) || *gone.entry(tgid).or_insert_with(|| (self.gone)(tgid)));
             if free {
                 // Only user space frees a slot, so it still holds this pair.
                 now = self.slots.get(i).unwrap_or(now);
