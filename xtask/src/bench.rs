@@ -14,6 +14,7 @@ mod attach;
 mod bigfile;
 mod fleet;
 mod history;
+mod hostcost;
 mod lab;
 mod progcost;
 mod replay;
@@ -97,6 +98,9 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
     eprintln!("\n== bench: attach time on this host");
     // A failure is reported in BENCHMARKS.md, not fatal to the other figures.
     let attach = attach::run(10).map_err(|e| format!("{e:#}"));
+    eprintln!("\n== bench: socket hooks' cost per run on this host (native, side by side)");
+    // A failure is reported in BENCHMARKS.md, not fatal to the other figures.
+    let host_cost = hostcost::run().map_err(|e| format!("{e:#}"));
     eprintln!(
         "\n== bench 2/3: ingest storm on this host ({} s)",
         o.storm_secs
@@ -131,6 +135,7 @@ pub fn run(o: &BenchOptions) -> anyhow::Result<()> {
         side: side.as_ref(),
         storms: &storms,
         attach: attach.as_ref(),
+        host_cost: host_cost.as_ref(),
         big: big.as_ref(),
         serve: serve.as_ref(),
         fleet: fleet.as_ref(),

@@ -120,6 +120,17 @@ pub fn figures(i: &Inputs<'_>) -> Figures {
             );
         }
     }
+    if let Ok(h) = i.host_cost {
+        for (hook, ..) in super::hostcost::HOOKS {
+            if let Some((rt, twin, floor, _)) = super::hostcost::medians(h, hook) {
+                put(&mut f, format!("host_prog.{hook}.rdmatrace"), rt, "ns/run");
+                put(&mut f, format!("host_prog.{hook}.bpftrace"), twin, "ns/run");
+                put(&mut f, format!("host_prog.{hook}.floor"), floor, "ns/run");
+            }
+            let ratio = median(&super::hostcost::ratios(h, hook)).unwrap_or(f64::NAN);
+            put(&mut f, format!("host_prog.{hook}.vs_floor"), ratio, "x");
+        }
+    }
     if let Ok(b) = i.big {
         for r in &b.runs {
             let gib = format!("{:.2}GiB", r.file_bytes as f64 / (1u64 << 30) as f64);

@@ -58,6 +58,7 @@ pub struct Inputs<'a> {
     pub side: Result<&'a super::sidebyside::SideBySide, &'a String>,
     pub storms: &'a [Storm],
     pub attach: Result<&'a super::attach::Attach, &'a String>,
+    pub host_cost: Result<&'a super::hostcost::HostCost, &'a String>,
     pub big: Result<&'a super::bigfile::BigReplay, &'a String>,
     pub fleet: Result<&'a super::fleet::FleetBench, &'a String>,
     pub scale: Result<&'a super::scale::Scale, &'a String>,
@@ -435,6 +436,7 @@ pub fn markdown(i: &Inputs<'_>) -> String {
     replay_section(&mut s, i.replay);
     side_by_side(&mut s, i.side);
     super::attach::section(&mut s, i.attach);
+    super::hostcost::section(&mut s, i.host_cost);
     size_section(&mut s, i);
     storm_section(&mut s, i.storms);
     big_section(&mut s, i.big);
