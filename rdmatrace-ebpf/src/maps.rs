@@ -102,10 +102,10 @@ const MMAPABLE: u32 = 1 << 10;
 #[map]
 pub static QP_SLOTS: Array<QpSlot> = Array::with_max_entries(QP_SLOT_COUNT, MMAPABLE);
 
-/// Per-process TCP byte totals towards one peer in slots (see `SockSlot`): the per-call path
-/// when the config allows it (an array lookup the verifier inlines, instead of a hash lookup);
-/// a process and peer whose slot another pair holds go to `TCP_BYTES`. Read and freed by user
-/// space through a shared mapping.
+/// Per-socket TCP byte totals of one process towards one peer in slots (see `SockSlot`): the
+/// per-call path when the config allows it (an array lookup the verifier inlines, instead of a
+/// hash lookup); a socket whose slot another socket holds goes to `TCP_BYTES`. Read and freed
+/// by user space through a shared mapping.
 #[map]
 pub static SOCK_SLOTS: Array<SockSlot> = Array::with_max_entries(SOCK_SLOT_COUNT, MMAPABLE);
 

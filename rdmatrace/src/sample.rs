@@ -118,8 +118,8 @@ pub struct Sampler {
     slots: Option<QpSlots>,
     prev_slot: HashMap<u64, QpTraffic>,
     claims: claims::ClaimWait,
-    /// The per-process TCP byte slots (the per-call path; `TCP_BYTES` takes a process and peer
-    /// whose slot another pair holds).
+    /// The per-process TCP byte slots (the per-call path; `TCP_BYTES` takes a socket whose slot
+    /// another socket holds).
     sock_slots: Option<sock_slots::SockSlotReader>,
     prev_cq: HashMap<u64, CqNotify>,
     prev_counters: HashMap<CounterKey, u64>,

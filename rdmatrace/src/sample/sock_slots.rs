@@ -32,16 +32,18 @@ fn never_gone(_: u32) -> bool {
 }
 
 impl Sampler {
-    /// Adds the per-process TCP byte slots, baselined like the maps. Slots are freed only
-    /// where /proc names every process by the kernel's ids; elsewhere a slot stays its pair's
-    /// (said once), and pairs beyond the slots go on in the hash.
+    /// Adds the per-process TCP byte slots, baselined like the maps. A closed socket's slot is
+    /// freed everywhere; a gone process's only where /proc names every process by the kernel's
+    /// ids (elsewhere its open sockets' slots stay, said once, and sockets beyond the slots go
+    /// on in the hash).
     pub(super) fn with_sock_slots(&mut self, slots: SockSlots) {
         let gone = match crate::pending::proc_shows_kernel_tasks(Path::new("/proc")) {
             Ok(()) => process_gone as fn(u32) -> bool,
             Err(why) => {
                 self.warnings.push(format!(
-                    "the TCP byte slots of processes that exited are not freed (their pairs \
-                     go on in the hash map once the slots are taken): this process {why}"
+                    "the TCP byte slots of processes that exited with sockets open are not \
+                     freed (sockets go on in the hash map once the slots are taken): this \
+                     process {why}"
                 ));
                 never_gone
             }

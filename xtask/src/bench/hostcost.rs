@@ -204,11 +204,7 @@ fn stop(t: &mut Tracer) {
 }
 
 /// ns per run of `tracer`'s program on `hook` (summed if several), and its runs.
-fn cost(
-    progs: &[Prog],
-    t: &Tracer,
-    matches: impl Fn(&str) -> bool,
-) -> Option<(f64, u64)> {
+fn cost(progs: &[Prog], t: &Tracer, matches: impl Fn(&str) -> bool) -> Option<(f64, u64)> {
     let (ns, runs) = progs
         .iter()
         .filter(|p| t.ids.contains(&p.0) && matches(&p.1))
