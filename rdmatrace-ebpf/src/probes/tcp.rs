@@ -316,7 +316,7 @@ pub fn slot_of(hash: u32) -> Option<*mut SockSlot> {
 }
 
 /// The totals in slot `s` when it holds socket `sk` for process `tgid`: the per-call path
-/// (two compares; nothing read from the socket).
+/// (two compares; of the socket, only the hash that picked `s` was read).
 #[inline(always)]
 pub fn held(s: *mut SockSlot, sk: u64, tgid: u32) -> Option<*mut TcpBytes> {
     // SAFETY: a live map value; other CPUs add to its counters and user space frees it, key
