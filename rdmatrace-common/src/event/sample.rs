@@ -110,6 +110,22 @@ pub struct SockSlot {
 }
 const _: () = assert!(core::mem::size_of::<SockSlot>() == 88);
 
+/// One CPU's counts for one slot of `SOCK_SLOTS`, in the per-CPU array `SOCK_COUNTS` at the
+/// slot's index: a call that finds its socket's slot adds here with plain adds (a tracepoint
+/// program runs with preemption off, so each CPU's counts are exact without a locked add).
+/// User space sums a slot's counts over the CPUs, adds them to the slot's own counters (the
+/// first call of a socket, which claims the slot, adds there), and zeroes them before freeing
+/// the slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockCounts {
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    pub tx_calls: u64,
+    pub rx_calls: u64,
+}
+const _: () = assert!(core::mem::size_of::<SockCounts>() == 32);
+
 /// Set in [`SockSlot::sk`] by the kernel when the socket closes (socket addresses are aligned,
 /// so no socket's address has it).
 pub const SOCK_CLOSED: u64 = 1;

@@ -12,14 +12,15 @@ use rdmatrace_common::{
     config::ProbeConfig,
     event::{
         reason, sock_slot, sock_slot_key, sock_slot_tgid, transport, EventKind, Owner,
-        RetransmitEvent, SockSlot, TcpBytes, TcpPeerKey, TcpStateEvent, TcpTuple, SOCK_CLOSED,
+        RetransmitEvent, SockCounts, SockSlot, TcpBytes, TcpPeerKey, TcpStateEvent, TcpTuple,
+        SOCK_CLOSED,
     },
     limits::{SOCK_SLOTS as SOCK_SLOT_COUNT, UNRESOLVED},
 };
 
 use crate::{
     emit::{config, header, output, wanted, wanted_pid, wanted_task},
-    maps::{add, NOEXIST, PENDING_TCP_SK, SOCK_OWNER, SOCK_SLOTS, TCP_BYTES},
+    maps::{add, NOEXIST, PENDING_TCP_SK, SOCK_COUNTS, SOCK_OWNER, SOCK_SLOTS, TCP_BYTES},
     read, regs,
     zero::{comm_into, copy_words, Slot},
 };
@@ -254,19 +255,29 @@ fn add_bytes(
     if known {
         key.family = family;
     }
-    add_to(totals(cfg, sk, key)?, bytes, tx);
+    match totals(cfg, sk, key)? {
+        Totals::Cpu(c) => add_cpu(c, bytes, tx),
+        Totals::Shared(t) => add_to(t, bytes, tx),
+    }
     Some(0)
 }
 
+/// Where a call's bytes go: this CPU's counts of the socket's slot, or totals other CPUs add
+/// to as well.
+enum Totals {
+    Cpu(*mut SockCounts),
+    Shared(*mut TcpBytes),
+}
+
 /// The totals of `key` on socket `sk`: the socket's slot in `SOCK_SLOTS` when the config
-/// allows slots and the slot is this socket's in this process, or free; otherwise its
-/// `TCP_BYTES` entry ([`hashed`]).
+/// allows slots and the slot is this socket's in this process (this CPU's counts of it), or
+/// free (claimed); otherwise its `TCP_BYTES` entry ([`hashed`]).
 #[inline(always)]
-fn totals(cfg: &ProbeConfig, sk: u64, key: &TcpPeerKey) -> Option<*mut TcpBytes> {
+fn totals(cfg: &ProbeConfig, sk: u64, key: &TcpPeerKey) -> Option<Totals> {
     if cfg.sock_slots != 0 {
         if let Some(s) = read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of) {
-            if let Some(v) = held(s, sk, key.tgid) {
-                return Some(v);
+            if let Some(c) = held(s, sk, key.tgid) {
+                return Some(Totals::Cpu(c));
             }
             // SAFETY: the key's address is 8-aligned (after two 4-byte fields of a struct
             // aligned to 8).
@@ -275,11 +286,11 @@ fn totals(cfg: &ProbeConfig, sk: u64, key: &TcpPeerKey) -> Option<*mut TcpBytes>
                 [p.read(), p.add(1).read()]
             };
             if let Some(v) = claim(s, sk, key.tgid, key.family, d) {
-                return Some(v);
+                return Some(Totals::Shared(v));
             }
         }
     }
-    hashed(key)
+    hashed(key).map(Totals::Shared)
 }
 
 /// The totals of `key` in `TCP_BYTES`: one lookup when they exist; otherwise made (the
@@ -308,17 +319,19 @@ pub fn hashed(key: &TcpPeerKey) -> Option<*mut TcpBytes> {
     TCP_BYTES.get_ptr_mut(key)
 }
 
-/// The slot of the socket whose `skc_hash` is `hash` in `SOCK_SLOTS` (the verifier's inlined
-/// array lookup).
+/// The slot of the socket whose `skc_hash` is `hash` in `SOCK_SLOTS`, and its index (the
+/// verifier's inlined array lookup).
 #[inline(always)]
-pub fn slot_of(hash: u32) -> Option<*mut SockSlot> {
-    SOCK_SLOTS.get_ptr_mut(sock_slot(hash, SOCK_SLOT_COUNT))
+pub fn slot_of(hash: u32) -> Option<(u32, *mut SockSlot)> {
+    let i = sock_slot(hash, SOCK_SLOT_COUNT);
+    Some((i, SOCK_SLOTS.get_ptr_mut(i)?))
 }
 
-/// The totals in slot `s` when it holds socket `sk` for process `tgid`: the per-call path
-/// (two compares; of the socket, only the hash that picked `s` was read).
+/// This CPU's counts of slot `(i, s)` when it holds socket `sk` for process `tgid`: the
+/// per-call path (two compares, then the per-CPU array's entry at the same index, which
+/// newer kernels inline too; of the socket, only the hash that picked the slot was read).
 #[inline(always)]
-pub fn held(s: *mut SockSlot, sk: u64, tgid: u32) -> Option<*mut TcpBytes> {
+pub fn held((i, s): (u32, *mut SockSlot), sk: u64, tgid: u32) -> Option<*mut SockCounts> {
     // SAFETY: a live map value; other CPUs add to its counters and user space frees it, key
     // last, so it is read through volatile reads. A slot freed or claimed again between the
     // two reads fails one compare or the other (the kernel writes `sk` before the key, user
@@ -327,7 +340,7 @@ pub fn held(s: *mut SockSlot, sk: u64, tgid: u32) -> Option<*mut TcpBytes> {
         let mine = core::ptr::read_volatile(&raw const (*s).sk) == sk
             && sock_slot_tgid(core::ptr::read_volatile(&raw const (*s).key)) == tgid;
         if mine {
-            Some(&raw mut (*s).bytes)
+            SOCK_COUNTS.get_ptr_mut(i)
         } else {
             None
         }
@@ -342,7 +355,7 @@ pub fn held(s: *mut SockSlot, sk: u64, tgid: u32) -> Option<*mut TcpBytes> {
 /// sockets of one slot starting together; both go on in `TCP_BYTES`.)
 #[inline(always)]
 pub fn claim(
-    s: *mut SockSlot,
+    (_, s): (u32, *mut SockSlot),
     sk: u64,
     tgid: u32,
     family: u16,
@@ -377,12 +390,29 @@ fn closed(cfg: &ProbeConfig, sk: u64) {
     if cfg.sock_slots == 0 || sk == 0 {
         return;
     }
-    if let Some(s) = read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of) {
+    if let Some((_, s)) = read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of) {
         // SAFETY: a live map value (see `held`).
         unsafe {
             if core::ptr::read_volatile(&raw const (*s).sk) == sk {
                 core::ptr::write_volatile(&raw mut (*s).sk, sk | SOCK_CLOSED);
             }
+        }
+    }
+}
+
+/// Adds one call of `bytes` to this CPU's counts `c` of a slot (a live `SOCK_COUNTS` value):
+/// plain adds, as no other CPU writes them and a tracepoint program is not preempted (user
+/// space only reads them, and zeroes them once the slot's socket closed or its process is gone).
+#[inline(always)]
+pub fn add_cpu(c: *mut SockCounts, bytes: u64, tx: bool) {
+    // SAFETY: fields of a live per-CPU map value, this CPU's own.
+    unsafe {
+        if tx {
+            (*c).tx_bytes = (*c).tx_bytes.wrapping_add(bytes);
+            (*c).tx_calls = (*c).tx_calls.wrapping_add(1);
+        } else {
+            (*c).rx_bytes = (*c).rx_bytes.wrapping_add(bytes);
+            (*c).rx_calls = (*c).rx_calls.wrapping_add(1);
         }
     }
 }

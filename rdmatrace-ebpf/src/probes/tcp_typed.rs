@@ -14,7 +14,7 @@ use rdmatrace_common::{config::TYPED_SOCK, event::TcpPeerKey, patch};
 use crate::{
     emit::wanted_task,
     maps::CONFIG,
-    probes::tcp::{add_to, claim, hashed, held, slot_of, AF_INET, AF_INET6, IPPROTO_TCP},
+    probes::tcp::{add_cpu, add_to, claim, hashed, held, slot_of, AF_INET, AF_INET6, IPPROTO_TCP},
     typed::load,
     zero::Slot,
 };
@@ -56,8 +56,8 @@ fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
     } else {
         None
     };
-    if let Some(t) = s.and_then(|s| held(s, sk, tgid)) {
-        add_to(t, ret as u64, tx);
+    if let Some(c) = s.and_then(|s| held(s, sk, tgid)) {
+        add_cpu(c, ret as u64, tx);
         return Some(0);
     }
     if !wanted_task(cfg, tgid) {
