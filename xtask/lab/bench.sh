@@ -149,6 +149,22 @@ PY
     tcp_storm
 }
 
+# Ends the tracers whose pids are given: SIGINT, then SIGKILL (said) for any still running two
+# minutes later (a bpftrace once never exited after its SIGINT here, holding the bench until the
+# lab's own time limit).
+stop_pids() {
+    local p deadline=$(($(date +%s) + 120))
+    for p in "$@"; do kill -INT "$p" 2>/dev/null; done
+    for p in "$@"; do
+        while kill -0 "$p" 2>/dev/null && [ "$(date +%s)" -le "$deadline" ]; do sleep 0.2; done
+        if kill -0 "$p" 2>/dev/null; then
+            say "tracer $p ($(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-60)) still running 2 minutes after SIGINT: killed"
+            kill -9 "$p" 2>/dev/null
+        fi
+        wait "$p"
+    done
+}
+
 # SIGINT the tracer after reading each of its programs' cost (bpf_stats) per hook.
 stop_tracer() {
     local tool=$1
@@ -156,8 +172,7 @@ stop_tracer() {
         python3 xtask/lab/bpfstats.py "$tpid" "$tool" "$round" "$out/doctor.json" >>"$res" ||
             say "bpf_stats of $tool could not be read"
     fi
-    kill -INT "$tpid"
-    wait "$tpid"
+    stop_pids "$tpid"
     if [ "$tool" = rdmatrace ]; then
         local ev
         ev=$("$rt" trace --input "$out/rec.rdmt" --json | wc -l)
@@ -273,8 +288,8 @@ if [ $stats = 1 ]; then
             python3 xtask/lab/bpfstats.py "$fentry_pid" floor_fentry "$round" "hooks=$FENTRY_HOOKS" >>"$res" ||
                 say "bpf_stats of the empty fentry programs could not be read"
         fi
-        for p in $side_pid $floor_pid $floor2_pid $fentry_pid; do kill -INT "$p"; done
-        for p in $side_pid $floor_pid $floor2_pid $fentry_pid; do wait "$p"; done
+        # shellcheck disable=SC2086 # the pids, word-split; an unset one is left out
+        stop_pids $side_pid $floor_pid $floor2_pid $fentry_pid
     done
 fi
 # Fresh recordings of today's probe set, for their size per event.
