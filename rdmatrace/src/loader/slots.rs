@@ -190,6 +190,8 @@ impl<T: SlotValue> Slots<T> {
 /// one slot at a time (a per-CPU array cannot be mapped), only for claimed slots.
 pub struct SlotCounts {
     map: PerCpuArray<MapData, SockCounts>,
+    /// Possible CPUs (the per-CPU values a write needs).
+    cpus: usize,
 }
 
 impl SlotCounts {
@@ -208,7 +210,8 @@ impl SlotCounts {
         let data = MapData::from_fd(fd).map_err(|e| format!("{}: {e}", Self::MAP))?;
         let map = PerCpuArray::try_from(Map::PerCpuArray(data))
             .map_err(|e| format!("{}: {e}", Self::MAP))?;
-        Ok(SlotCounts { map })
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| format!("{what}: {e}"))?;
+        Ok(SlotCounts { map, cpus })
     }
 
     /// Slot `i`'s counts summed over the CPUs.
@@ -228,9 +231,8 @@ impl SlotCounts {
 
     /// Zeroes slot `i`'s counts on every CPU (before the slot is freed).
     pub fn zero(&mut self, i: usize) -> Result<(), String> {
-        let cpus = aya::util::nr_cpus().map_err(|(what, e)| format!("{what}: {e}"))?;
-        let zeros =
-            PerCpuValues::try_from(vec![SockCounts::default(); cpus]).map_err(|e| e.to_string())?;
+        let zeros = PerCpuValues::try_from(vec![SockCounts::default(); self.cpus])
+            .map_err(|e| e.to_string())?;
         let i = u32::try_from(i).map_err(|e| e.to_string())?;
         self.map.set(i, zeros, 0).map_err(|e| e.to_string())
     }
