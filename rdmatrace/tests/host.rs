@@ -331,16 +331,7 @@ fn root_nordma_doctor_attaches_process_probes_and_says_rdma_ones_are_unavailable
         .collect();
     let (total, per_cpu) = (numbers[0], numbers[numbers.len() - 1]);
     assert!(total >= 4 << 20, "{mem}");
-    let possible =
-        std::fs::read_to_string("/sys/devices/system/cpu/possible").expect("possible CPUs");
-    let cpus: u64 = possible
-        .trim()
-        .split(',')
-        .map(|r| match r.split_once('-') {
-            Some((a, b)) => b.parse::<u64>().expect("cpu") - a.parse::<u64>().expect("cpu") + 1,
-            None => 1,
-        })
-        .sum();
+    let cpus = aya::util::nr_cpus().expect("possible CPUs") as u64;
     let counts = u64::from(rdmatrace_common::limits::SOCK_SLOTS) * 32 * cpus;
     assert!(
         per_cpu >= counts,

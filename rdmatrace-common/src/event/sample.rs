@@ -25,6 +25,16 @@ pub struct TcpBytes {
     pub _pad: [u8; 6],
 }
 const _: () = assert!(core::mem::size_of::<TcpBytes>() == 48 + 24);
+
+impl TcpBytes {
+    /// Adds per-CPU counts of a socket's slot (see [`SockCounts`]) to these totals.
+    pub fn add_counts(&mut self, c: SockCounts) {
+        self.tx_bytes = self.tx_bytes.wrapping_add(c.tx_bytes);
+        self.rx_bytes = self.rx_bytes.wrapping_add(c.rx_bytes);
+        self.tx_calls = self.tx_calls.wrapping_add(c.tx_calls);
+        self.rx_calls = self.rx_calls.wrapping_add(c.rx_calls);
+    }
+}
 /// Size of [`TcpBytesSample`] before the peer address was appended.
 pub const TCP_BYTES_SAMPLE_V1: usize = 88;
 
@@ -125,6 +135,18 @@ pub struct SockCounts {
     pub rx_calls: u64,
 }
 const _: () = assert!(core::mem::size_of::<SockCounts>() == 32);
+
+impl SockCounts {
+    /// Both counts added (wrapping, as the kernel's counters do).
+    pub fn plus(self, o: SockCounts) -> SockCounts {
+        SockCounts {
+            tx_bytes: self.tx_bytes.wrapping_add(o.tx_bytes),
+            rx_bytes: self.rx_bytes.wrapping_add(o.rx_bytes),
+            tx_calls: self.tx_calls.wrapping_add(o.tx_calls),
+            rx_calls: self.rx_calls.wrapping_add(o.rx_calls),
+        }
+    }
+}
 
 /// Set in [`SockSlot::sk`] by the kernel when the socket closes (socket addresses are aligned,
 /// so no socket's address has it).

@@ -219,14 +219,7 @@ impl SlotCounts {
         let values = u32::try_from(i)
             .map_err(|e| e.to_string())
             .and_then(|i| self.map.get(&i, 0).map_err(|e| e.to_string()))?;
-        Ok(values
-            .iter()
-            .fold(SockCounts::default(), |a, c| SockCounts {
-                tx_bytes: a.tx_bytes.wrapping_add(c.tx_bytes),
-                rx_bytes: a.rx_bytes.wrapping_add(c.rx_bytes),
-                tx_calls: a.tx_calls.wrapping_add(c.tx_calls),
-                rx_calls: a.rx_calls.wrapping_add(c.rx_calls),
-            }))
+        Ok(values.iter().fold(SockCounts::default(), |a, c| a.plus(*c)))
     }
 
     /// Zeroes slot `i`'s counts on every CPU (before the slot is freed).

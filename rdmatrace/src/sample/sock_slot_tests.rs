@@ -36,12 +36,7 @@ impl Counts for CpuCounts {
         let m = self.cpus.lock().expect("lock");
         Ok(m.iter()
             .filter(|((s, _), _)| *s == i)
-            .fold(SockCounts::default(), |a, (_, c)| SockCounts {
-                tx_bytes: a.tx_bytes + c.tx_bytes,
-                rx_bytes: a.rx_bytes + c.rx_bytes,
-                tx_calls: a.tx_calls + c.tx_calls,
-                rx_calls: a.rx_calls + c.rx_calls,
-            }))
+            .fold(SockCounts::default(), |a, (_, c)| a.plus(*c)))
     }
     fn zero(&mut self, i: usize) -> Result<(), String> {
         if *self.broken.lock().expect("lock") {

@@ -98,6 +98,15 @@ impl Sampler {
     }
 }
 
+/// A slot as read by [`SockSlotReader::get`].
+enum Read {
+    Free,
+    /// Its per-CPU counts could not be read (said once).
+    Unreadable,
+    /// Claimed: the slot, its per-CPU counts added.
+    Held(SockSlot),
+}
+
 /// Whether `a` and `b` are the same socket, process and peer (the socket closed or not).
 fn same_pair(a: &SockSlot, b: &SockSlot) -> bool {
     a.key == b.key && a.sk | SOCK_CLOSED == b.sk | SOCK_CLOSED && a.bytes.daddr == b.bytes.daddr
@@ -118,22 +127,20 @@ fn claiming(s: &SockSlot) -> bool {
 
 impl SockSlotReader {
     /// Slot `i` as it is now, its per-CPU counts added to its own (read after the slot: a
-    /// slot's counts are zeroed before it is freed). `None` when free, or when its counts
-    /// cannot be read (said once; the slot is then left as it was, neither counted nor freed).
-    fn get(&mut self, i: usize) -> Option<SockSlot> {
-        let mut s = self.slots.get(i)?;
+    /// slot's counts are zeroed before it is freed). A slot whose counts cannot be read is
+    /// said once and left as it was, neither counted nor freed.
+    fn get(&mut self, i: usize) -> Read {
+        let Some(mut s) = self.slots.get(i) else {
+            return Read::Free;
+        };
         match self.counts.sum(i) {
             Ok(c) => {
-                let b = &mut s.bytes;
-                b.tx_bytes = b.tx_bytes.wrapping_add(c.tx_bytes);
-                b.rx_bytes = b.rx_bytes.wrapping_add(c.rx_bytes);
-                b.tx_calls = b.tx_calls.wrapping_add(c.tx_calls);
-                b.rx_calls = b.rx_calls.wrapping_add(c.rx_calls);
-                Some(s)
+                s.bytes.add_counts(c);
+                Read::Held(s)
             }
             Err(e) => {
                 self.fail(format!("cannot read the per-CPU counts of slot {i}: {e}"));
-                None
+                Read::Unreadable
             }
         }
     }
@@ -153,13 +160,14 @@ impl SockSlotReader {
     pub(super) fn poll(&mut self, changes: &mut TcpChanges) {
         let mut gone: HashMap<u32, bool> = HashMap::new();
         for i in 0..self.slots.len() {
-            if self.slots.get(i).is_none() {
-                self.prev.remove(&i);
-                self.claims.forget(i);
-                continue;
-            }
-            let Some(mut now) = self.get(i) else {
-                continue;
+            let mut now = match self.get(i) {
+                Read::Held(s) => s,
+                Read::Free => {
+                    self.prev.remove(&i);
+                    self.claims.forget(i);
+                    continue;
+                }
+                Read::Unreadable => continue,
             };
             if self.claims.skip(i, now.key, claiming(&now)) {
                 continue;
@@ -170,7 +178,9 @@ impl SockSlotReader {
                 && (closed(&now) || *gone.entry(tgid).or_insert_with(|| (self.gone)(tgid)));
             if free {
                 // Only user space frees a slot, so it still holds this pair.
-                now = self.get(i).unwrap_or(now);
+                if let Read::Held(s) = self.get(i) {
+                    now = s;
+                }
             }
             let mut delta = tcp_delta(prev.as_ref().map(|p| &p.bytes), now.bytes);
             // The key says the family.
