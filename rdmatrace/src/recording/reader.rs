@@ -359,4 +359,6 @@ fn entries(
 }
 
 #[cfg(test)]
+mod packed_tests;
+#[cfg(test)]
 mod tests;
