@@ -173,15 +173,21 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    #[inline]
+    /// A LEB128 varint. Most fields fit one byte: that case is inlined at every call, the rest
+    /// is [`Cursor::varint_long`].
+    #[inline(always)]
     fn varint(&mut self, what: &str) -> Result<u64, String> {
-        // Most fields fit one byte.
         if let Some(&byte) = self.b.get(self.at) {
             if byte & 0x80 == 0 {
                 self.at += 1;
                 return Ok(u64::from(byte));
             }
         }
+        self.varint_long(what)
+    }
+
+    #[inline(never)]
+    fn varint_long(&mut self, what: &str) -> Result<u64, String> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = *self
