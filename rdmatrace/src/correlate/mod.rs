@@ -244,16 +244,16 @@ impl Correlator {
                 }
             }
             Body::QpTraffic(t) if t.owner_pid == 0 => {
-                if let Some((pid, comm)) = self.owner(&t.qp.key) {
+                if let Some((pid, comm)) = self.owner_of(&t.qp.key) {
                     t.owner_pid = pid;
-                    t.owner_comm = comm;
+                    set_name(&mut t.owner_comm, comm);
                 }
             }
             // rxe timers fire in softirq: the QP's creator owns the retransmit.
             Body::Retransmit(r) if r.owner_pid == 0 => {
-                if let Some((pid, comm)) = r.qp.as_ref().and_then(|qp| self.owner(&qp.key)) {
+                if let Some((pid, comm)) = r.qp.as_ref().and_then(|qp| self.owner_of(&qp.key)) {
                     r.owner_pid = pid;
-                    r.owner_comm = comm;
+                    set_name(&mut r.owner_comm, comm);
                 }
             }
             _ => {}
@@ -342,12 +342,14 @@ impl Correlator {
 
     /// Owner of a live or recently destroyed QP.
     pub fn owner(&self, key: &QpKey) -> Option<(u32, CompactString)> {
+        self.owner_of(key).map(|(pid, comm)| (pid, comm.clone()))
+    }
+
+    /// [`Correlator::owner`], its name borrowed.
+    fn owner_of(&self, key: &QpKey) -> Option<(u32, &CompactString)> {
         match self.qps.get(key) {
-            Some(t) => Some((t.owner_pid, t.owner_comm.clone())),
-            None => self
-                .ended
-                .get(key)
-                .map(|(_, pid, comm)| (*pid, comm.clone())),
+            Some(t) => Some((t.owner_pid, &t.owner_comm)),
+            None => self.ended.get(key).map(|(_, pid, comm)| (*pid, comm)),
         }
     }
 
@@ -391,6 +393,14 @@ impl Correlator {
     /// Cgroup `id` is at `path` (the recorder resolved it).
     pub fn cgroup_named(&mut self, id: u64, path: &str) {
         self.cgroups.named(id, path);
+    }
+}
+
+/// `dst` becomes `name`, left alone when it is already (a record decoded into again and again
+/// mostly meets the same owner).
+fn set_name(dst: &mut CompactString, name: &CompactString) {
+    if dst != name {
+        dst.clone_from(name);
     }
 }
 

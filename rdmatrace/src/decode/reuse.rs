@@ -48,6 +48,13 @@ pub(super) fn tcp_bytes(ev: &TcpBytesSample, body: &mut Body) {
 /// Sets `dst` to the NUL-padded C string `bytes`, leaving it alone when it holds it already.
 pub(super) fn set_c_str(dst: &mut CompactString, bytes: &[u8]) {
     let bytes = &bytes[..nul_at(bytes)];
+    if bytes.is_empty() {
+        // No name (an owner the correlator fills in): no string built.
+        if !dst.is_empty() {
+            *dst = CompactString::const_new("");
+        }
+        return;
+    }
     if dst.as_bytes() != bytes {
         *dst = super::c_str(bytes);
     }
