@@ -30,17 +30,14 @@ pub fn tcp_recv_btf(ctx: BtfTracePointContext) -> u32 {
 }
 
 /// Every socket send/recv in the caller's context; TCP ones (over IPv4 or IPv6) are summed per
-/// process and peer. A socket whose slot this process holds is added to at once (of the
-/// socket only its hash read, no filter: the slot was claimed past it); otherwise the filter, the
-/// socket's protocol, family and peer, then its slot claimed, or else the hash by a key made
-/// on the stack. The config's `ready` is not checked: `typed` is zero until user space writes
-/// the config whole.
+/// process and peer. A socket whose slot this process holds is added to at once, before the
+/// config is looked up (of the socket only its hash read, no filter: the slot was claimed past
+/// both, and user space writes the config once, before any slot can be claimed); otherwise
+/// the config's gate, the filter, the socket's protocol, family and peer, then its slot
+/// claimed, or else the hash by a key made on the stack. The config's `ready` is not checked:
+/// `typed` is zero until user space writes the config whole.
 #[inline(always)]
 fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
-    let cfg = CONFIG.get(0)?;
-    if cfg.typed & TYPED_SOCK == 0 {
-        return None;
-    }
     let args = ctx.as_ptr().cast::<u8>();
     // SAFETY: the context holds the tracepoint's arguments as 8-byte slots (the socket, then
     // the bytes moved or an error); the socket's fields are loads the verifier checks against
@@ -50,16 +47,19 @@ fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
         return None;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let s = if cfg.sock_slots != 0 {
-        // SAFETY: as above.
-        slot_of(unsafe { load::<u32>(sk as *const u8, patch::SK_HASH) })
-    } else {
-        None
-    };
+    // Slots are only claimed when the config allows them (below): with slots off, none is
+    // ever held.
+    // SAFETY: as above.
+    let s = slot_of(unsafe { load::<u32>(sk as *const u8, patch::SK_HASH) });
     if let Some(c) = s.and_then(|s| held(s, sk, tgid)) {
         add_cpu(c, ret as u64, tx);
         return Some(0);
     }
+    let cfg = CONFIG.get(0)?;
+    if cfg.typed & TYPED_SOCK == 0 {
+        return None;
+    }
+    let s = s.filter(|_| cfg.sock_slots != 0);
     if !wanted_task(cfg, tgid) {
         return None;
     }
