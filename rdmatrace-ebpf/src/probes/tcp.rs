@@ -9,7 +9,7 @@ use aya_ebpf::{
     programs::{ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use rdmatrace_common::{
-    config::ProbeConfig,
+    config::{ProbeConfig, TYPED_SOCK},
     event::{
         reason, sock_slot, sock_slot_key, sock_slot_tgid, transport, EventKind, Owner,
         RetransmitEvent, SockCounts, SockSlot, TcpBytes, TcpPeerKey, TcpStateEvent, TcpTuple,
@@ -168,24 +168,46 @@ fn try_tcp_retransmit(ctx: &RawTracePointContext) -> Option<u32> {
 pub const IPPROTO_TCP: u16 = 6;
 
 /// `sock_send_length(sk, ret, flags)` / `sock_recv_length(sk, ret, flags)`: every socket
-/// send/recv in the caller's context; TCP ones are summed per process and peer.
+/// send/recv in the caller's context; TCP ones are summed per process and peer. Nothing once
+/// the tp_btf twins (`tcp_typed.rs`) count in their place (this program's link is closed
+/// beside the start-up: until then both run). A socket whose slot this process holds is added
+/// to at once (of the socket only its hash read: the slot was claimed past the filter and the
+/// protocol); otherwise the filter, the protocol, family and peer.
 #[inline(always)]
 fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
     let cfg = config()?;
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !wanted_task(cfg, tgid) {
+    if cfg.typed & TYPED_SOCK != 0 {
         return None;
     }
     let sk: u64 = ctx.arg(0);
     let ret: i32 = ctx.arg(1);
-    if ret <= 0 || read::field::<u16>(sk, cfg.sk_protocol)? != IPPROTO_TCP {
+    if ret <= 0 || sk == 0 {
+        return None;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let s = sock_slot_of(cfg, sk);
+    if let Some(c) = s.and_then(|s| held(s, sk, tgid)) {
+        add_cpu(c, ret as u64, tx);
+        return Some(0);
+    }
+    if !wanted_task(cfg, tgid) || read::field::<u16>(sk, cfg.sk_protocol)? != IPPROTO_TCP {
         return None;
     }
     let (family, v4) = family_and_v4_peer(cfg, sk)?;
     if family != AF_INET && family != AF_INET6 {
         return None;
     }
-    add_bytes(cfg, sk, (family, v4), tgid, ret as u64, tx)
+    add_bytes(cfg, (sk, s), (family, v4), tgid, ret as u64, tx)
+}
+
+/// The slot of socket `sk` in `SOCK_SLOTS` (by its hash, read at the config's offset) when
+/// the config allows slots.
+#[inline(always)]
+fn sock_slot_of(cfg: &ProbeConfig, sk: u64) -> Option<(u32, *mut SockSlot)> {
+    if cfg.sock_slots == 0 {
+        return None;
+    }
+    read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of)
 }
 
 /// How many bytes one read takes from the socket's IPv4 peer address on, when the family lies
@@ -231,11 +253,12 @@ fn peer_addr(cfg: &ProbeConfig, sk: u64, family: u16, daddr: &mut [u8; 16]) -> b
 }
 
 /// Adds `bytes` to process `tgid`'s TCP totals towards the socket's peer (`peer`: the socket's
-/// family, and its IPv4 peer address when the caller read it already).
+/// family, and its IPv4 peer address when the caller read it already), on socket `sk` whose
+/// slot `s` another socket or process holds, or is free, or is not to be used.
 #[inline(always)]
 fn add_bytes(
     cfg: &ProbeConfig,
-    sk: u64,
+    (sk, s): (u64, Option<(u32, *mut SockSlot)>),
     (family, v4): (u16, Option<[u8; 4]>),
     tgid: u32,
     bytes: u64,
@@ -255,42 +278,26 @@ fn add_bytes(
     if known {
         key.family = family;
     }
-    match totals(cfg, sk, key)? {
-        Totals::Cpu(c) => add_cpu(c, bytes, tx),
-        Totals::Shared(t) => add_to(t, bytes, tx),
-    }
+    add_to(totals((sk, s), key)?, bytes, tx);
     Some(0)
 }
 
-/// Where a call's bytes go: this CPU's counts of the socket's slot, or totals other CPUs add
-/// to as well.
-enum Totals {
-    Cpu(*mut SockCounts),
-    Shared(*mut TcpBytes),
-}
-
-/// The totals of `key` on socket `sk`: the socket's slot in `SOCK_SLOTS` when the config
-/// allows slots and the slot is this socket's in this process (this CPU's counts of it), or
-/// free (claimed); otherwise its `TCP_BYTES` entry ([`hashed`]).
+/// The totals of `key` on socket `sk`: its slot `s` when free (claimed), otherwise its
+/// `TCP_BYTES` entry ([`hashed`]).
 #[inline(always)]
-fn totals(cfg: &ProbeConfig, sk: u64, key: &TcpPeerKey) -> Option<Totals> {
-    if cfg.sock_slots != 0 {
-        if let Some(s) = read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of) {
-            if let Some(c) = held(s, sk, key.tgid) {
-                return Some(Totals::Cpu(c));
-            }
-            // SAFETY: the key's address is 8-aligned (after two 4-byte fields of a struct
-            // aligned to 8).
-            let d = unsafe {
-                let p = key.daddr.as_ptr().cast::<u64>();
-                [p.read(), p.add(1).read()]
-            };
-            if let Some(v) = claim(s, sk, key.tgid, key.family, d) {
-                return Some(Totals::Shared(v));
-            }
+fn totals((sk, s): (u64, Option<(u32, *mut SockSlot)>), key: &TcpPeerKey) -> Option<*mut TcpBytes> {
+    if let Some(s) = s {
+        // SAFETY: the key's address is 8-aligned (after two 4-byte fields of a struct
+        // aligned to 8).
+        let d = unsafe {
+            let p = key.daddr.as_ptr().cast::<u64>();
+            [p.read(), p.add(1).read()]
+        };
+        if let Some(v) = claim(s, sk, key.tgid, key.family, d) {
+            return Some(v);
         }
     }
-    hashed(key).map(Totals::Shared)
+    hashed(key)
 }
 
 /// The totals of `key` in `TCP_BYTES`: one lookup when they exist; otherwise made (the
@@ -452,15 +459,21 @@ fn count_ret(ctx: &RetProbeContext, tx: bool) -> Option<u32> {
     let sk = unsafe { PENDING_TCP_SK.get(&key) }.copied().unwrap_or(0);
     let _ = PENDING_TCP_SK.remove(&key);
     let tgid = (key >> 32) as u32;
-    if !wanted_task(cfg, tgid) {
-        return None;
-    }
     let ret = regs::ret::<i64>(ctx) as i32;
     if ret <= 0 {
         return None;
     }
+    // A socket whose slot this process holds: added to at once (as in `count`).
+    let s = if sk != 0 { sock_slot_of(cfg, sk) } else { None };
+    if let Some(c) = s.and_then(|s| held(s, sk, tgid)) {
+        add_cpu(c, ret as u64, tx);
+        return Some(0);
+    }
+    if !wanted_task(cfg, tgid) {
+        return None;
+    }
     let family = read::field::<u16>(sk, cfg.sk_family).unwrap_or(0);
-    add_bytes(cfg, sk, (family, None), tgid, ret as u64, tx)
+    add_bytes(cfg, (sk, s), (family, None), tgid, ret as u64, tx)
 }
 
 #[kretprobe]
