@@ -170,7 +170,7 @@ pub const IPPROTO_TCP: u16 = 6;
 /// `sock_send_length(sk, ret, flags)` / `sock_recv_length(sk, ret, flags)`: every socket
 /// send/recv in the caller's context; TCP ones are summed per process and peer. Nothing once
 /// the tp_btf twins (`tcp_typed.rs`) count in their place (this program's link is closed
-/// beside the start-up: until then both run). A socket whose slot this process holds is added
+/// beside the start-up: until then it runs beside them, counting nothing). A socket whose slot this process holds is added
 /// to at once (of the socket only its hash read: the slot was claimed past the filter and the
 /// protocol); otherwise the filter, the protocol, family and peer.
 #[inline(always)]
