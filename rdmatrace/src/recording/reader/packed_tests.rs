@@ -1,5 +1,6 @@
 //! zstd chunks (format 7, packed for storage) whose header lies about their length.
 
+use super::tests::header;
 use super::*;
 use crate::recording::writer::RecordingWriter;
 use crate::recording::{CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_ZSTD, VERSION};
@@ -7,16 +8,7 @@ use crate::recording::{CHUNK_HEADER_LEN, CHUNK_MAGIC, FLAG_ZSTD, VERSION};
 /// A recording of one LZ4 chunk of five 40-byte events (event i is 40 bytes of i), its body
 /// offset and the chunk's raw entries.
 fn one_chunk() -> (Vec<u8>, usize, Vec<u8>) {
-    let header = Header {
-        tool: "rdmatrace test".into(),
-        hostname: "h".into(),
-        kernel: "k".into(),
-        endian: "little".into(),
-        clock_offset_ns: 5,
-        probes: vec![],
-        command: None,
-    };
-    let mut w = RecordingWriter::with_version(Vec::new(), &header, VERSION).expect("writer");
+    let mut w = RecordingWriter::with_version(Vec::new(), &header(), VERSION).expect("writer");
     let body = w.bytes_written as usize;
     for i in 0..5u8 {
         w.event(&[i; 40]).expect("event");

@@ -2,7 +2,7 @@ use super::*;
 use crate::recording::writer::RecordingWriter;
 use crate::recording::CHUNK_HEADER_LEN;
 
-fn header() -> Header {
+pub(super) fn header() -> Header {
     Header {
         tool: "rdmatrace test".into(),
         hostname: "h".into(),
