@@ -332,7 +332,8 @@ fn root_nordma_doctor_attaches_process_probes_and_says_rdma_ones_are_unavailable
     let (total, per_cpu) = (numbers[0], numbers[numbers.len() - 1]);
     assert!(total >= 4 << 20, "{mem}");
     let cpus = aya::util::nr_cpus().expect("possible CPUs") as u64;
-    let counts = u64::from(rdmatrace_common::limits::SOCK_SLOTS) * 32 * cpus;
+    let slot = std::mem::size_of::<rdmatrace_common::event::SockCounts>() as u64;
+    let counts = u64::from(rdmatrace_common::limits::SOCK_SLOTS) * slot * cpus;
     assert!(
         per_cpu >= counts,
         "{mem} (the socket slots' counts on {cpus} CPUs: {counts})"

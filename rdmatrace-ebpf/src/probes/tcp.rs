@@ -170,9 +170,10 @@ pub const IPPROTO_TCP: u16 = 6;
 /// `sock_send_length(sk, ret, flags)` / `sock_recv_length(sk, ret, flags)`: every socket
 /// send/recv in the caller's context; TCP ones are summed per process and peer. Nothing once
 /// the tp_btf twins (`tcp_typed.rs`) count in their place (this program's link is closed
-/// beside the start-up: until then it runs beside them, counting nothing). A socket whose slot this process holds is added
-/// to at once (of the socket only its hash read: the slot was claimed past the filter and the
-/// protocol); otherwise the filter, the protocol, family and peer.
+/// beside the start-up: until then it runs beside them, counting nothing). A socket whose
+/// slot this process holds is added to at once (of the socket only its hash read: the slot
+/// was claimed past the filter and the protocol); otherwise the filter, the protocol, family
+/// and peer.
 #[inline(always)]
 fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
     let cfg = config()?;
@@ -186,8 +187,7 @@ fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let s = sock_slot_of(cfg, sk);
-    if let Some(c) = s.and_then(|s| held(s, sk, tgid)) {
-        add_cpu(c, ret as u64, tx);
+    if add_held(s, sk, tgid, ret as u64, tx) {
         return Some(0);
     }
     if !wanted_task(cfg, tgid) || read::field::<u16>(sk, cfg.sk_protocol)? != IPPROTO_TCP {
@@ -201,10 +201,10 @@ fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
 }
 
 /// The slot of socket `sk` in `SOCK_SLOTS` (by its hash, read at the config's offset) when
-/// the config allows slots.
+/// the config allows slots and there is a socket.
 #[inline(always)]
 fn sock_slot_of(cfg: &ProbeConfig, sk: u64) -> Option<(u32, *mut SockSlot)> {
-    if cfg.sock_slots == 0 {
+    if cfg.sock_slots == 0 || sk == 0 {
         return None;
     }
     read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of)
@@ -338,7 +338,7 @@ pub fn slot_of(hash: u32) -> Option<(u32, *mut SockSlot)> {
 /// per-call path (two compares, then the per-CPU array's entry at the same index, which
 /// newer kernels inline too; of the socket, only the hash that picked the slot was read).
 #[inline(always)]
-pub fn held((i, s): (u32, *mut SockSlot), sk: u64, tgid: u32) -> Option<*mut SockCounts> {
+fn held((i, s): (u32, *mut SockSlot), sk: u64, tgid: u32) -> Option<*mut SockCounts> {
     // SAFETY: a live map value; other CPUs add to its counters and user space frees it, key
     // last, so it is read through volatile reads. A slot freed or claimed again between the
     // two reads fails one compare or the other (the kernel writes `sk` before the key, user
@@ -411,7 +411,7 @@ fn closed(cfg: &ProbeConfig, sk: u64) {
 /// plain adds, as no other CPU writes them and a tracepoint program is not preempted (user
 /// space only reads them, and zeroes them once the slot's socket closed or its process is gone).
 #[inline(always)]
-pub fn add_cpu(c: *mut SockCounts, bytes: u64, tx: bool) {
+fn add_cpu(c: *mut SockCounts, bytes: u64, tx: bool) {
     // SAFETY: fields of a live per-CPU map value, this CPU's own.
     unsafe {
         if tx {
@@ -421,6 +421,19 @@ pub fn add_cpu(c: *mut SockCounts, bytes: u64, tx: bool) {
             (*c).rx_bytes = (*c).rx_bytes.wrapping_add(bytes);
             (*c).rx_calls = (*c).rx_calls.wrapping_add(1);
         }
+    }
+}
+
+/// Adds a call of `bytes` to this CPU's counts of slot `s` when it holds socket `sk` for
+/// process `tgid` ([`held`]); whether it did.
+#[inline(always)]
+pub fn add_held(s: Option<(u32, *mut SockSlot)>, sk: u64, tgid: u32, bytes: u64, tx: bool) -> bool {
+    match s.and_then(|s| held(s, sk, tgid)) {
+        Some(c) => {
+            add_cpu(c, bytes, tx);
+            true
+        }
+        None => false,
     }
 }
 
@@ -464,9 +477,8 @@ fn count_ret(ctx: &RetProbeContext, tx: bool) -> Option<u32> {
         return None;
     }
     // A socket whose slot this process holds: added to at once (as in `count`).
-    let s = if sk != 0 { sock_slot_of(cfg, sk) } else { None };
-    if let Some(c) = s.and_then(|s| held(s, sk, tgid)) {
-        add_cpu(c, ret as u64, tx);
+    let s = sock_slot_of(cfg, sk);
+    if add_held(s, sk, tgid, ret as u64, tx) {
         return Some(0);
     }
     if !wanted_task(cfg, tgid) {

@@ -14,7 +14,7 @@ use rdmatrace_common::{config::TYPED_SOCK, event::TcpPeerKey, patch};
 use crate::{
     emit::wanted_task,
     maps::CONFIG,
-    probes::tcp::{add_cpu, add_to, claim, hashed, held, slot_of, AF_INET, AF_INET6, IPPROTO_TCP},
+    probes::tcp::{add_held, add_to, claim, hashed, slot_of, AF_INET, AF_INET6, IPPROTO_TCP},
     typed::load,
     zero::Slot,
 };
@@ -51,8 +51,7 @@ fn count(ctx: &BtfTracePointContext, tx: bool) -> Option<u32> {
     // ever held.
     // SAFETY: as above.
     let s = slot_of(unsafe { load::<u32>(sk as *const u8, patch::SK_HASH) });
-    if let Some(c) = s.and_then(|s| held(s, sk, tgid)) {
-        add_cpu(c, ret as u64, tx);
+    if add_held(s, sk, tgid, ret as u64, tx) {
         return Some(0);
     }
     let cfg = CONFIG.get(0)?;
