@@ -107,22 +107,31 @@ tracer_usage() {
     put cpu_ms "$tool" "$round" "$(awk -v t="$tck" '{print ($14 + $15) * 1000 / t}' /proc/$tpid/stat)"
 }
 
-# A TCP storm on loopback: 5000 one-byte sends and receives on one connection, so that the
+# A TCP storm on loopback: $1 one-byte sends and receives on one connection, so that the
 # socket hooks' programs run thousands of times (with a few hundred runs, a program's time per
 # run is mostly the emulator translating its code on first use, the bigger program more).
 tcp_storm() {
-    python3 - <<'PY' || say "the TCP storm failed"
+    python3 - "$1" <<'PY' || say "the TCP storm failed"
 import socket
+import sys
 lst = socket.socket()
 lst.bind(("127.0.0.1", 0))
 lst.listen(1)
 c = socket.create_connection(lst.getsockname())
 s, _ = lst.accept()
-for _ in range(5000):
+for _ in range(int(sys.argv[1])):
     c.sendall(b"x")
     s.recv(1)
 PY
 }
+# The storm's sends in each round's churn, and in each side-by-side pass of the floor (below).
+# The side passes' storm is ten times longer: each pass loads the programs anew, and under TCG
+# their first runs include translating their code, which a few thousand runs do not amortize
+# (the socket hooks' ratio to the floor is taken from these passes).
+STORM_CHURN=5000
+STORM_SIDE=50000
+put storm_sends churn 1 $STORM_CHURN
+put storm_sends side 1 $STORM_SIDE
 
 # Control-path churn under a tracer, so that its control-path programs run hundreds of times a
 # round: with a handful of runs, a program's time per run is mostly the emulator translating
@@ -146,7 +155,7 @@ for _ in range(200):
     s.close()
     c.close()
 PY
-    tcp_storm
+    tcp_storm $STORM_CHURN
 }
 
 # Ends the tracers whose pids are given: SIGINT, then SIGKILL (said) for any still running two
@@ -277,7 +286,7 @@ if [ $stats = 1 ]; then
         fi
         perf ib_write_bw -s 65536 -n 500 >/dev/null
         perf ib_send_lat -s 2 -n 1000 >/dev/null
-        tcp_storm
+        tcp_storm $STORM_SIDE
         python3 xtask/lab/bpfstats.py "$side_pid" side "$round" "$out/doctor.json" >>"$res" ||
             say "bpf_stats of rdmatrace beside the floor could not be read"
         for f in floor:$floor_pid floor2:$floor2_pid; do

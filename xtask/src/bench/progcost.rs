@@ -229,18 +229,31 @@ pub fn section(s: &mut String, lab: &LabResults) {
         );
         return;
     }
+    let n = |pass: &str| lab.value("storm_sends", pass, 1);
+    let sends = |pass: &str| {
+        n(pass).map_or(String::new(), |n| {
+            format!(" of {n} one-byte sends on loopback")
+        })
+    };
+    let longer = match (n("churn"), n("side")) {
+        (Some(c), Some(s)) if s > c => {
+            " (longer than the churn's: each pass loads the programs anew, and their first runs \
+             include TCG translating their code)"
+        }
+        _ => "",
+    };
     let _ = writeln!(
         s,
         "Each program's run time per run (ns, median over rounds; runs per round in brackets) as \
          the kernel accounts it with `kernel.bpf_stats_enabled=1`, read with `bpftool` \
          (`xtask/lab/bpfstats.py`) before each tracer stops, after the round's perftest runs, \
-         the control-path churn and a TCP storm (5000 one-byte sends on loopback; without the churn, control-path programs ran a handful of \
-         times a round and their time per run was mostly TCG translating their code on first \
-         use); a hook with an entry and a return \
-         program counts both; a program on several hooks (`a+b`) is compared with the other programs \
-         on those hooks taken together (runs summed, time per run weighted by runs).\n\n\
+         the control-path churn and a TCP storm{} (without the churn, control-path programs ran \
+         a handful of times a round and their time per run was mostly TCG translating their code \
+         on first use); a hook with an entry and a return program counts both; a program on \
+         several hooks (`a+b`) is compared with the other programs on those hooks taken together \
+         (runs summed, time per run weighted by runs).\n\n\
          The floor is measured side by side: extra passes of perftest \
-         (`ib_write_bw`, `ib_send_lat`) and the TCP storm, each with rdmatrace and empty bpftrace programs on the per-packet hooks \
+         (`ib_write_bw`, `ib_send_lat`) and a TCP storm{}{longer}, each with rdmatrace and empty bpftrace programs on the per-packet hooks \
          attached at once, so that a program and the empty ones run on the same packets at \
          the same time: two empty kprobes (tracepoints on the socket hooks) from two bpftrace \
          processes, whose mean is the floor of a pass (under TCG a program's time per run \
@@ -250,7 +263,9 @@ pub fn section(s: &mut String, lab: &LabResults) {
          held to the empty program of its own kind (rdmatrace's fentry programs to the empty \
          fentry program when there is one, the rest to the empty kprobe or tracepoint); the \
          ratio to the other empty program is given beside it. Targets: every rdmatrace \
-         program at or below its bpftrace twin; per-packet hooks within 2× of the floor.\n"
+         program at or below its bpftrace twin; per-packet hooks within 2× of the floor.\n",
+        sends("churn"),
+        sends("side"),
     );
     let on = |kind: &str| -> Vec<String> {
         lab.typed
