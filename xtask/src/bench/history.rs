@@ -244,6 +244,7 @@ pub fn append(i: &Inputs<'_>, figs: &Figures) -> anyhow::Result<()> {
         "kernel": i.machine.kernel,
         "command": i.reproduce,
         "load_before": i.machine.load_before,
+        "source": i.machine.source,
         "load_after": i.load_after,
         "figures": figures,
     });

@@ -15,6 +15,28 @@ pub struct Machine {
     pub rustc: String,
     /// /proc/loadavg's first three fields when the bench started.
     pub load_before: String,
+    /// The commit measured and whether tracked files differed from it when the bench started.
+    pub source: String,
+}
+
+/// The commit checked out and whether tracked files differ from it (untracked ones are left
+/// out), as a phrase.
+fn source() -> String {
+    let git = |args: &[&str]| {
+        cmd::output(Command::new("git").current_dir(cmd::repo_root()).args(args))
+            .map(|s| s.trim().to_string())
+    };
+    match git(&["rev-parse", "--short=7", "HEAD"]) {
+        Some(c) if !c.is_empty() => {
+            match git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| s.lines().count())
+            {
+                Some(0) => format!("commit `{c}`, no tracked file changed"),
+                Some(n) => format!("commit `{c}` with {n} tracked files changed and not committed"),
+                None => format!("commit `{c}` (whether files were changed could not be read)"),
+            }
+        }
+        _ => "no commit (not a git checkout)".into(),
+    }
 }
 
 /// /proc/loadavg's first three fields.
@@ -47,6 +69,7 @@ impl Machine {
             kernel: out(Command::new("uname").arg("-r")),
             rustc: out(Command::new("rustc").arg("--version")),
             load_before: loadavg(),
+            source: source(),
         }
     }
 }
@@ -427,11 +450,20 @@ pub fn markdown(i: &Inputs<'_>) -> String {
     let _ = writeln!(s, "# rdmatrace benchmarks\n");
     let _ = writeln!(
         s,
-        "Written by `{}` on {} — {} × {} ({} RAM), host kernel {}, {}. Measured binaries are \
-         release builds. Load average (1, 5, 15 min) before the run: {}; after it: {} (ratios \
+        "Written by `{}` on {} — {} × {} ({} RAM), host kernel {}, {}. Source measured: {} \
+         when the run started. Measured binaries are release builds. Load average (1, 5, 15 min) before the run: {}; after it: {} (ratios \
          are taken side by side, medians reported). A target that is not met is reported as \
          measured, not rounded.\n",
-        i.reproduce, m.date, m.cpus, m.cpu, m.mem, m.kernel, m.rustc, m.load_before, i.load_after
+        i.reproduce,
+        m.date,
+        m.cpus,
+        m.cpu,
+        m.mem,
+        m.kernel,
+        m.rustc,
+        m.source,
+        m.load_before,
+        i.load_after
     );
     replay_section(&mut s, i.replay);
     side_by_side(&mut s, i.side);
