@@ -22,15 +22,13 @@ pub struct Machine {
 /// The commit checked out and whether tracked files differ from it (untracked ones are left
 /// out), as a phrase.
 fn source() -> String {
-    let git = |args: &[&str]| {
-        cmd::output(Command::new("git").current_dir(cmd::repo_root()).args(args))
-            .map(|s| s.trim().to_string())
-    };
+    let git = |args: &[&str]| super::sidebyside::git(args).ok();
     match git(&["rev-parse", "--short=7", "HEAD"]) {
         Some(c) if !c.is_empty() => {
             match git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| s.lines().count())
             {
                 Some(0) => format!("commit `{c}`, no tracked file changed"),
+                Some(1) => format!("commit `{c}` with 1 tracked file changed and not committed"),
                 Some(n) => format!("commit `{c}` with {n} tracked files changed and not committed"),
                 None => format!("commit `{c}` (whether files were changed could not be read)"),
             }

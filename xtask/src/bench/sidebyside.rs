@@ -35,7 +35,8 @@ pub struct Row {
     pub ratio: f64,
 }
 
-fn git(args: &[&str]) -> anyhow::Result<String> {
+/// `git ARGS` in the repository root: its output, trimmed.
+pub(super) fn git(args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new("git")
         .current_dir(cmd::repo_root())
         .args(args)
