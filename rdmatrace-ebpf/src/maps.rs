@@ -7,8 +7,8 @@ use aya_ebpf::{
 use rdmatrace_common::{
     config::ProbeConfig,
     event::{
-        CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpSlot, QpTraffic, SockCounts, SockSlot,
-        TcpBytes, TcpPeerKey,
+        CqNotify, Owner, QpDestroyEvent, QpModifyEvent, QpSlot, QpTraffic, SockSlot, TcpBytes,
+        TcpPeerKey,
     },
     limits::{
         MAX_CGROUPS, MAX_CQS, MAX_INFLIGHT, MAX_PROCESSES, MAX_QPS, MAX_SOCKETS, MAX_TRACED,
@@ -108,12 +108,6 @@ pub static QP_SLOTS: Array<QpSlot> = Array::with_max_entries(QP_SLOT_COUNT, MMAP
 /// by user space through a shared mapping.
 #[map]
 pub static SOCK_SLOTS: Array<SockSlot> = Array::with_max_entries(SOCK_SLOT_COUNT, MMAPABLE);
-
-/// Each CPU's counts of each `SOCK_SLOTS` slot (same index; see `SockCounts`): the per-call
-/// adds of a socket whose slot its process holds, without a locked add. Summed and zeroed by
-/// user space.
-#[map]
-pub static SOCK_COUNTS: PerCpuArray<SockCounts> = PerCpuArray::with_max_entries(SOCK_SLOT_COUNT, 0);
 
 /// Per-CQ completion-channel notification counts (keyed by `struct ib_cq *`), added to
 /// atomically.

@@ -347,9 +347,6 @@ impl Sampler {
     /// Problems of a sample source, each said once.
     pub fn take_warnings(&mut self) -> Vec<String> {
         let mut w = std::mem::take(&mut self.warnings);
-        if let Some(r) = self.sock_slots.as_mut() {
-            w.append(&mut r.warnings);
-        }
         if let Some(n) = self.netlink.as_mut() {
             w.extend(n.take_warnings());
         }

@@ -320,9 +320,9 @@ fn root_nordma_doctor_attaches_process_probes_and_says_rdma_ones_are_unavailable
         "{qp}"
     );
     // The maps' kernel memory (this host's kernel is 6.4 or later, which accounts a map's real
-    // memory): at least the ring buffer, and little of it per CPU (the aggregate maps are
-    // shared; per CPU only the one-slot loss counter and the socket slots' counts, 32 bytes a
-    // slot, each map counted once though the sampler holds a descriptor of its own).
+    // memory): at least the ring buffer, and almost none of it per CPU (the aggregate maps and
+    // the slots are shared; only the one-slot loss counter is per CPU; each map counted once
+    // though the sampler holds a descriptor of its own).
     let mem = item("kernel memory: maps").expect("kernel memory listed");
     let detail = mem["detail"].as_str().unwrap_or("");
     let numbers: Vec<u64> = detail
@@ -331,12 +331,5 @@ fn root_nordma_doctor_attaches_process_probes_and_says_rdma_ones_are_unavailable
         .collect();
     let (total, per_cpu) = (numbers[0], numbers[numbers.len() - 1]);
     assert!(total >= 4 << 20, "{mem}");
-    let cpus = aya::util::nr_cpus().expect("possible CPUs") as u64;
-    let slot = std::mem::size_of::<rdmatrace_common::event::SockCounts>() as u64;
-    let counts = u64::from(rdmatrace_common::limits::SOCK_SLOTS) * slot * cpus;
-    assert!(
-        per_cpu >= counts,
-        "{mem} (the socket slots' counts on {cpus} CPUs: {counts})"
-    );
-    assert!(per_cpu < counts + (64 << 10), "{mem} ({cpus} CPUs)");
+    assert!(per_cpu < total / 1000, "{mem}");
 }

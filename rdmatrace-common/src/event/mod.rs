@@ -517,8 +517,6 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for TcpBytes {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for SockCounts {}
-    // SAFETY: as above.
     unsafe impl aya::Pod for TcpBytesSample {}
     // SAFETY: as above.
     unsafe impl aya::Pod for QpTraffic {}

@@ -26,15 +26,6 @@ pub struct TcpBytes {
 }
 const _: () = assert!(core::mem::size_of::<TcpBytes>() == 48 + 24);
 
-impl TcpBytes {
-    /// Adds per-CPU counts of a socket's slot (see [`SockCounts`]) to these totals.
-    pub fn add_counts(&mut self, c: SockCounts) {
-        self.tx_bytes = self.tx_bytes.wrapping_add(c.tx_bytes);
-        self.rx_bytes = self.rx_bytes.wrapping_add(c.rx_bytes);
-        self.tx_calls = self.tx_calls.wrapping_add(c.tx_calls);
-        self.rx_calls = self.rx_calls.wrapping_add(c.rx_calls);
-    }
-}
 /// Size of [`TcpBytesSample`] before the peer address was appended.
 pub const TCP_BYTES_SAMPLE_V1: usize = 88;
 
@@ -119,34 +110,6 @@ pub struct SockSlot {
     pub bytes: TcpBytes,
 }
 const _: () = assert!(core::mem::size_of::<SockSlot>() == 88);
-
-/// One CPU's counts for one slot of `SOCK_SLOTS`, in the per-CPU array `SOCK_COUNTS` at the
-/// slot's index: a call that finds its socket's slot adds here with plain adds (a tracepoint
-/// program runs with preemption off, so each CPU's counts are exact without a locked add).
-/// User space sums a slot's counts over the CPUs, adds them to the slot's own counters (the
-/// first call of a socket, which claims the slot, adds there), and zeroes them before freeing
-/// the slot.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SockCounts {
-    pub tx_bytes: u64,
-    pub rx_bytes: u64,
-    pub tx_calls: u64,
-    pub rx_calls: u64,
-}
-const _: () = assert!(core::mem::size_of::<SockCounts>() == 32);
-
-impl SockCounts {
-    /// Both counts added (wrapping, as the kernel's counters do).
-    pub fn plus(self, o: SockCounts) -> SockCounts {
-        SockCounts {
-            tx_bytes: self.tx_bytes.wrapping_add(o.tx_bytes),
-            rx_bytes: self.rx_bytes.wrapping_add(o.rx_bytes),
-            tx_calls: self.tx_calls.wrapping_add(o.tx_calls),
-            rx_calls: self.rx_calls.wrapping_add(o.rx_calls),
-        }
-    }
-}
 
 /// Set in [`SockSlot::sk`] by the kernel when the socket closes (socket addresses are aligned,
 /// so no socket's address has it).

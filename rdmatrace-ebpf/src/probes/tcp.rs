@@ -12,15 +12,14 @@ use rdmatrace_common::{
     config::{ProbeConfig, TYPED_SOCK},
     event::{
         reason, sock_slot, sock_slot_key, sock_slot_tgid, transport, EventKind, Owner,
-        RetransmitEvent, SockCounts, SockSlot, TcpBytes, TcpPeerKey, TcpStateEvent, TcpTuple,
-        SOCK_CLOSED,
+        RetransmitEvent, SockSlot, TcpBytes, TcpPeerKey, TcpStateEvent, TcpTuple, SOCK_CLOSED,
     },
     limits::{SOCK_SLOTS as SOCK_SLOT_COUNT, UNRESOLVED},
 };
 
 use crate::{
     emit::{config, header, output, wanted, wanted_pid, wanted_task},
-    maps::{add, NOEXIST, PENDING_TCP_SK, SOCK_COUNTS, SOCK_OWNER, SOCK_SLOTS, TCP_BYTES},
+    maps::{add, NOEXIST, PENDING_TCP_SK, SOCK_OWNER, SOCK_SLOTS, TCP_BYTES},
     read, regs,
     zero::{comm_into, copy_words, Slot},
 };
@@ -334,11 +333,10 @@ pub fn slot_of(hash: u32) -> Option<(u32, *mut SockSlot)> {
     Some((i, SOCK_SLOTS.get_ptr_mut(i)?))
 }
 
-/// This CPU's counts of slot `(i, s)` when it holds socket `sk` for process `tgid`: the
-/// per-call path (two compares, then the per-CPU array's entry at the same index, which
-/// newer kernels inline too; of the socket, only the hash that picked the slot was read).
+/// The totals of slot `s` when it holds socket `sk` for process `tgid`: the per-call path
+/// (two compares; of the socket, only the hash that picked the slot was read).
 #[inline(always)]
-fn held((i, s): (u32, *mut SockSlot), sk: u64, tgid: u32) -> Option<*mut SockCounts> {
+fn held((_, s): (u32, *mut SockSlot), sk: u64, tgid: u32) -> Option<*mut TcpBytes> {
     // SAFETY: a live map value; other CPUs add to its counters and user space frees it, key
     // last, so it is read through volatile reads. A slot freed or claimed again between the
     // two reads fails one compare or the other (the kernel writes `sk` before the key, user
@@ -347,7 +345,7 @@ fn held((i, s): (u32, *mut SockSlot), sk: u64, tgid: u32) -> Option<*mut SockCou
         let mine = core::ptr::read_volatile(&raw const (*s).sk) == sk
             && sock_slot_tgid(core::ptr::read_volatile(&raw const (*s).key)) == tgid;
         if mine {
-            SOCK_COUNTS.get_ptr_mut(i)
+            Some(&raw mut (*s).bytes)
         } else {
             None
         }
@@ -407,30 +405,13 @@ fn closed(cfg: &ProbeConfig, sk: u64) {
     }
 }
 
-/// Adds one call of `bytes` to this CPU's counts `c` of a slot (a live `SOCK_COUNTS` value):
-/// plain adds, as no other CPU writes them and a tracepoint program is not preempted (user
-/// space only reads them, and zeroes them once the slot's socket closed or its process is gone).
-#[inline(always)]
-fn add_cpu(c: *mut SockCounts, bytes: u64, tx: bool) {
-    // SAFETY: fields of a live per-CPU map value, this CPU's own.
-    unsafe {
-        if tx {
-            (*c).tx_bytes = (*c).tx_bytes.wrapping_add(bytes);
-            (*c).tx_calls = (*c).tx_calls.wrapping_add(1);
-        } else {
-            (*c).rx_bytes = (*c).rx_bytes.wrapping_add(bytes);
-            (*c).rx_calls = (*c).rx_calls.wrapping_add(1);
-        }
-    }
-}
-
-/// Adds a call of `bytes` to this CPU's counts of slot `s` when it holds socket `sk` for
-/// process `tgid` ([`held`]); whether it did.
+/// Adds a call of `bytes` to the totals of slot `s` when it holds socket `sk` for process
+/// `tgid` ([`held`]); whether it did.
 #[inline(always)]
 pub fn add_held(s: Option<(u32, *mut SockSlot)>, sk: u64, tgid: u32, bytes: u64, tx: bool) -> bool {
     match s.and_then(|s| held(s, sk, tgid)) {
-        Some(c) => {
-            add_cpu(c, bytes, tx);
+        Some(t) => {
+            add_to(t, bytes, tx);
             true
         }
         None => false,

@@ -193,7 +193,7 @@ pub struct Tracer {
     /// Per-QP traffic slots, mapped for the sampler; `None` when unused (`ProbeConfig::qp_slots`).
     pub slots: Option<slots::QpSlots>,
     /// Per-process TCP byte slots, likewise (`ProbeConfig::sock_slots`).
-    pub sock_slots: Option<slots::SockSlotMaps>,
+    pub sock_slots: Option<slots::SockSlots>,
     /// The typed programs, when they count in place of the ones they replace.
     typed: Option<typed::TypedLinks>,
 }

@@ -10,9 +10,9 @@ use std::{
     ptr::NonNull,
 };
 
-use aya::maps::{Map, MapData, PerCpuArray, PerCpuValues};
+use aya::maps::{Map, MapData};
 use rdmatrace_common::{
-    event::{QpSlot, SockCounts, SockSlot},
+    event::{QpSlot, SockSlot},
     limits::{QP_SLOTS, SOCK_SLOTS},
 };
 
@@ -186,63 +186,12 @@ impl<T: SlotValue> Slots<T> {
     }
 }
 
-/// Each CPU's counts of the socket slots (`SOCK_COUNTS`, see `SockCounts`): read and zeroed
-/// one slot at a time (a per-CPU array cannot be mapped), only for claimed slots.
-pub struct SlotCounts {
-    map: PerCpuArray<MapData, SockCounts>,
-    /// Possible CPUs (the per-CPU values a write needs).
-    cpus: usize,
-}
-
-impl SlotCounts {
-    const MAP: &'static str = "SOCK_COUNTS";
-
-    /// The object's per-CPU counts, through a map handle of their own (the object keeps its).
-    fn open(ebpf: &aya::Ebpf) -> Result<SlotCounts, String> {
-        let Some(Map::PerCpuArray(data)) = ebpf.map(Self::MAP) else {
-            return Err(format!("{} is missing or not a per-CPU array", Self::MAP));
-        };
-        let fd = data
-            .fd()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| format!("{}: {e}", Self::MAP))?;
-        let data = MapData::from_fd(fd).map_err(|e| format!("{}: {e}", Self::MAP))?;
-        let map = PerCpuArray::try_from(Map::PerCpuArray(data))
-            .map_err(|e| format!("{}: {e}", Self::MAP))?;
-        let cpus = aya::util::nr_cpus().map_err(|(what, e)| format!("{what}: {e}"))?;
-        Ok(SlotCounts { map, cpus })
-    }
-
-    /// Slot `i`'s counts summed over the CPUs.
-    pub fn sum(&self, i: usize) -> Result<SockCounts, String> {
-        let values = u32::try_from(i)
-            .map_err(|e| e.to_string())
-            .and_then(|i| self.map.get(&i, 0).map_err(|e| e.to_string()))?;
-        Ok(values.iter().fold(SockCounts::default(), |a, c| a.plus(*c)))
-    }
-
-    /// Zeroes slot `i`'s counts on every CPU (before the slot is freed).
-    pub fn zero(&mut self, i: usize) -> Result<(), String> {
-        let zeros = PerCpuValues::try_from(vec![SockCounts::default(); self.cpus])
-            .map_err(|e| e.to_string())?;
-        let i = u32::try_from(i).map_err(|e| e.to_string())?;
-        self.map.set(i, zeros, 0).map_err(|e| e.to_string())
-    }
-}
-
-/// The socket slots and their per-CPU counts, read together by the sampler.
-pub struct SockSlotMaps {
-    pub slots: SockSlots,
-    pub counts: SlotCounts,
-}
-
 /// The slot arrays the programs may count in, mapped, and the config told which.
 pub(super) fn mapped(
     ebpf: &aya::Ebpf,
     report: &mut super::AttachReport,
     cfg: &mut rdmatrace_common::config::ProbeConfig,
-) -> (Option<QpSlots>, Option<SockSlotMaps>) {
+) -> (Option<QpSlots>, Option<SockSlots>) {
     let qp = for_programs(ebpf, report);
     let sock = for_sockets(ebpf, report);
     cfg.qp_slots = u32::from(qp.is_some());
@@ -282,35 +231,23 @@ impl<T: SlotValue> Drop for Slots<T> {
     }
 }
 
-/// The per-process TCP byte slots, mapped, with their per-CPU counts; `None` (every call
-/// through the `TCP_BYTES` hash) when either cannot be opened (said in the report), or when
-/// the TCP state program, which releases a closed socket's slot, is not attached (a socket's
-/// slot is matched by its address, which the kernel reuses for new sockets once it is closed).
-pub(super) fn for_sockets(
-    ebpf: &aya::Ebpf,
-    report: &mut super::AttachReport,
-) -> Option<SockSlotMaps> {
+/// The per-process TCP byte slots, mapped; `None` (every call through the `TCP_BYTES` hash)
+/// when the array cannot be mapped (said in the report), or when the TCP state program, which
+/// releases a closed socket's slot, is not attached (a socket's slot is matched by its address,
+/// which the kernel reuses for new sockets once it is closed).
+pub(super) fn for_sockets(ebpf: &aya::Ebpf, report: &mut super::AttachReport) -> Option<SockSlots> {
     if !report.attached().any(|p| p.spec.program == "tcp_state") {
         return None;
     }
-    let slots = match ebpf.map(SockSlot::MAP).map(SockSlots::map)? {
-        Ok(s) => s,
-        Err(e) => {
+    match ebpf.map(SockSlot::MAP).map(SockSlots::map) {
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
             report.notes.push(format!(
                 "per-process TCP bytes summed in the hash map only (slower per call): \
                  SOCK_SLOTS could not be mapped: {e}"
             ));
-            return None;
-        }
-    };
-    match SlotCounts::open(ebpf) {
-        Ok(counts) => Some(SockSlotMaps { slots, counts }),
-        Err(e) => {
-            report.notes.push(format!(
-                "per-process TCP bytes summed in the hash map only (slower per call): \
-                 the slots' per-CPU counts could not be opened: {e}"
-            ));
             None
         }
+        None => None,
     }
 }

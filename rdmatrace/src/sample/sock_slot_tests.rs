@@ -2,50 +2,11 @@
 //! slots, a process known gone by its id (1000 and above).
 
 use rdmatrace_common::event::{
-    sock_slot, sock_slot_key, EventKind, SockCounts, TcpBytes, TcpBytesSample, SOCK_CLOSED,
+    sock_slot, sock_slot_key, EventKind, TcpBytes, TcpBytesSample, SOCK_CLOSED,
 };
-
-use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::sample::Sampler;
-
-/// Per-CPU counts the test writes as the kernel's per-call path would: (slot, CPU) -> counts;
-/// `broken` fails every read and zeroing.
-#[derive(Clone, Default)]
-struct CpuCounts {
-    cpus: Arc<Mutex<HashMap<(usize, usize), SockCounts>>>,
-    broken: Arc<Mutex<bool>>,
-}
-
-impl CpuCounts {
-    /// `calls` more sends of 10 bytes on `cpu` to slot `i`.
-    fn send(&self, i: usize, cpu: usize, calls: u64) {
-        let mut m = self.cpus.lock().expect("lock");
-        let c = m.entry((i, cpu)).or_default();
-        c.tx_calls += calls;
-        c.tx_bytes += calls * 10;
-    }
-}
-
-impl Counts for CpuCounts {
-    fn sum(&self, i: usize) -> Result<SockCounts, String> {
-        if *self.broken.lock().expect("lock") {
-            return Err("broken".into());
-        }
-        let m = self.cpus.lock().expect("lock");
-        Ok(m.iter()
-            .filter(|((s, _), _)| *s == i)
-            .fold(SockCounts::default(), |a, (_, c)| a.plus(*c)))
-    }
-    fn zero(&mut self, i: usize) -> Result<(), String> {
-        if *self.broken.lock().expect("lock") {
-            return Err("broken".into());
-        }
-        self.cpus.lock().expect("lock").retain(|(s, _), _| *s != i);
-        Ok(())
-    }
-}
 
 fn gone(tgid: u32) -> bool {
     tgid >= 1000
@@ -113,7 +74,7 @@ fn socket_slots_are_sampled_as_changes_and_freed_once_their_process_is_gone() {
     // Claimed before the sampler starts: the totals so far are the baseline.
     slots.put(ia, slot(a.0, a.1, 3));
     let mut s = Sampler::with_sources(None, None, None, None);
-    s.with_sock_slots_checked(slots, Box::new(CpuCounts::default()), gone);
+    s.with_sock_slots_checked(slots, gone);
     let put = |s: &Sampler, i, v| s.sock_slots.as_ref().expect("slots").slots.put(i, v);
     put(&s, ia, slot(a.0, a.1, 5));
     put(&s, ib, slot(b.0, b.1, 4));
@@ -194,7 +155,7 @@ fn a_closed_sockets_slot_is_freed_once_read_and_one_process_sockets_to_one_peer_
     let (ia, ib) = (index(7, [10, 0, 0, 1], n), index(7, [10, 0, 0, 2], n));
     assert_ne!(ia, ib, "two sockets of this test share a slot");
     let mut s = Sampler::with_sources(None, None, None, None);
-    s.with_sock_slots_checked(slots, Box::new(CpuCounts::default()), gone);
+    s.with_sock_slots_checked(slots, gone);
     let put = |s: &Sampler, i, v| s.sock_slots.as_ref().expect("slots").slots.put(i, v);
     let raw = |s: &Sampler, i| s.sock_slots.as_ref().expect("slots").slots.raw(i);
     // Two sockets of process 7 towards one peer (10.0.0.1), in two slots.
@@ -242,56 +203,4 @@ fn one_pair_summed_in_the_hash_and_in_a_slot_is_one_record() {
         .map(|s| s.bytes.daddr[3])
         .collect();
     assert_eq!(peers, [1, 2], "in the order first seen");
-}
-
-#[test]
-fn per_cpu_counts_are_added_to_their_slot_and_zeroed_before_it_is_freed() {
-    let slots = SockSlots::anonymous().expect("anonymous mapping");
-    let n = slots.len();
-    let (a, b) = ((7, [10, 0, 0, 1]), (4242, [10, 0, 0, 2]));
-    let (ia, ib) = (index(a.0, a.1, n), index(b.0, b.1, n));
-    assert_ne!(ia, ib, "two pairs of this test share a slot");
-    let cpus = CpuCounts::default();
-    // Claimed (one call in the slot itself) and two calls on CPU 0 before the sampler starts.
-    slots.put(ia, slot(a.0, a.1, 1));
-    cpus.send(ia, 0, 2);
-    let mut s = Sampler::with_sources(None, None, None, None);
-    s.with_sock_slots_checked(slots, Box::new(cpus.clone()), gone);
-    let put = |s: &Sampler, i, v| s.sock_slots.as_ref().expect("slots").slots.put(i, v);
-    let raw = |s: &Sampler, i| s.sock_slots.as_ref().expect("slots").slots.raw(i);
-    // Calls on three CPUs, and a new pair claimed with calls on two.
-    cpus.send(ia, 0, 1);
-    cpus.send(ia, 1, 4);
-    cpus.send(ia, 3, 2);
-    put(&s, ib, slot(b.0, b.1, 1));
-    cpus.send(ib, 1, 5);
-    cpus.send(ib, 2, 1);
-    assert_eq!(samples(&s.poll(1)), [(7, 10, 7, 70), (4242, 10, 7, 70)]);
-    // Process 4242 gone, nothing moved: freed, its counts zeroed on every CPU first.
-    assert!(s.poll(2).is_empty());
-    assert_eq!(raw(&s, ib).key, 0);
-    assert!(
-        cpus.cpus
-            .lock()
-            .expect("lock")
-            .keys()
-            .all(|(i, _)| *i != ib),
-        "the freed slot's per-CPU counts zeroed"
-    );
-    // A new pair in the freed slot counts from zero.
-    put(&s, ib, slot(4343, [10, 0, 0, 9], 1));
-    cpus.send(ib, 0, 1);
-    assert_eq!(samples(&s.poll(3)), [(4343, 10, 2, 20)]);
-    // Counts that cannot be read: nothing counted, nothing freed, said once; once they can
-    // be read again, what was missed is counted.
-    cpus.send(ia, 1, 3);
-    *cpus.broken.lock().expect("lock") = true;
-    assert!(s.poll(4).is_empty());
-    assert!(s.poll(5).is_empty());
-    assert_eq!(raw(&s, ib).key, sock_slot_key(4343, 2), "not freed unread");
-    let w = s.take_warnings();
-    assert_eq!(w.len(), 1, "{w:?}");
-    assert!(w[0].contains("per-CPU counts"), "{w:?}");
-    *cpus.broken.lock().expect("lock") = false;
-    assert_eq!(samples(&s.poll(6)), [(7, 10, 3, 30)]);
 }

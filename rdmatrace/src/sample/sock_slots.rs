@@ -1,42 +1,18 @@
 //! The per-process TCP byte slots (`SOCK_SLOTS`, see `rdmatrace_common::event::SockSlot`) in
 //! the sampler: each slot that moved gives its change, like a `TCP_BYTES` entry (a process's
 //! sockets towards one peer summed); a slot whose socket closed or whose process is gone is
-//! freed once its last totals are read. A slot's totals are its own counters (the call that
-//! claimed it) plus its per-CPU counts (every call after).
+//! freed once its last totals are read.
 
 use std::{collections::HashMap, path::Path};
 
-use rdmatrace_common::event::{
-    sock_slot_family, sock_slot_tgid, SockCounts, SockSlot, SOCK_CLOSED,
-};
+use rdmatrace_common::event::{sock_slot_family, sock_slot_tgid, SockSlot, SOCK_CLOSED};
 
 use super::{claims::ClaimWait, tcp_delta, Sampler, TcpChanges};
-use crate::loader::slots::{SlotCounts, SockSlotMaps, SockSlots};
-
-/// Each slot's per-CPU counts: the kernel's array, or (tests) one the test writes.
-pub(super) trait Counts: Send {
-    /// Slot `i`'s counts summed over the CPUs.
-    fn sum(&self, i: usize) -> Result<SockCounts, String>;
-    /// Zeroes slot `i`'s counts on every CPU.
-    fn zero(&mut self, i: usize) -> Result<(), String>;
-}
-
-impl Counts for SlotCounts {
-    fn sum(&self, i: usize) -> Result<SockCounts, String> {
-        SlotCounts::sum(self, i)
-    }
-    fn zero(&mut self, i: usize) -> Result<(), String> {
-        SlotCounts::zero(self, i)
-    }
-}
+use crate::loader::slots::SockSlots;
 
 /// The slots and the totals each held at the previous sample.
 pub(super) struct SockSlotReader {
     slots: SockSlots,
-    counts: Box<dyn Counts>,
-    /// A failure to read or zero the counts, said once.
-    pub(super) warnings: Vec<String>,
-    failed: bool,
     prev: HashMap<usize, SockSlot>,
     /// Slots seen as claims under way ([`claiming`]).
     claims: ClaimWait,
@@ -60,7 +36,7 @@ impl Sampler {
     /// freed everywhere; a gone process's only where /proc names every process by the kernel's
     /// ids (elsewhere its open sockets' slots stay, said once, and sockets beyond the slots go
     /// on in the hash).
-    pub(super) fn with_sock_slots(&mut self, maps: SockSlotMaps) {
+    pub(super) fn with_sock_slots(&mut self, slots: SockSlots) {
         let gone = match crate::pending::proc_shows_kernel_tasks(Path::new("/proc")) {
             Ok(()) => process_gone as fn(u32) -> bool,
             Err(why) => {
@@ -72,21 +48,13 @@ impl Sampler {
                 never_gone
             }
         };
-        self.with_sock_slots_checked(maps.slots, Box::new(maps.counts), gone);
+        self.with_sock_slots_checked(slots, gone);
     }
 
     /// [`Sampler::with_sock_slots`] with `gone` telling which processes are known gone.
-    pub(super) fn with_sock_slots_checked(
-        &mut self,
-        slots: SockSlots,
-        counts: Box<dyn Counts>,
-        gone: fn(u32) -> bool,
-    ) {
+    pub(super) fn with_sock_slots_checked(&mut self, slots: SockSlots, gone: fn(u32) -> bool) {
         let mut reader = SockSlotReader {
             slots,
-            counts,
-            warnings: Vec::new(),
-            failed: false,
             prev: HashMap::new(),
             claims: ClaimWait::default(),
             gone,
@@ -96,15 +64,6 @@ impl Sampler {
         reader.poll(&mut TcpChanges::default());
         self.sock_slots = Some(reader);
     }
-}
-
-/// A slot as read by [`SockSlotReader::get`].
-enum Read {
-    Free,
-    /// Its per-CPU counts could not be read (said once).
-    Unreadable,
-    /// Claimed: the slot, its per-CPU counts added.
-    Held(SockSlot),
 }
 
 /// Whether `a` and `b` are the same socket, process and peer (the socket closed or not).
@@ -126,48 +85,16 @@ fn claiming(s: &SockSlot) -> bool {
 }
 
 impl SockSlotReader {
-    /// Slot `i` as it is now, its per-CPU counts added to its own (read after the slot: a
-    /// slot's counts are zeroed before it is freed). A slot whose counts cannot be read is
-    /// said once and left as it was, neither counted nor freed.
-    fn get(&mut self, i: usize) -> Read {
-        let Some(mut s) = self.slots.get(i) else {
-            return Read::Free;
-        };
-        match self.counts.sum(i) {
-            Ok(c) => {
-                s.bytes.add_counts(c);
-                Read::Held(s)
-            }
-            Err(e) => {
-                self.fail(format!("cannot read the per-CPU counts of slot {i}: {e}"));
-                Read::Unreadable
-            }
-        }
-    }
-
-    fn fail(&mut self, why: String) {
-        if !self.failed {
-            self.failed = true;
-            self.warnings.push(format!(
-                "per-process TCP bytes of some sockets not counted or not released: {why}"
-            ));
-        }
-    }
-
     /// Adds to `changes` what each slot's pair did since the previous call. A slot that did
     /// not move is freed when its socket closed or its process is gone, read once more first
     /// (a last call may have come between).
     pub(super) fn poll(&mut self, changes: &mut TcpChanges) {
         let mut gone: HashMap<u32, bool> = HashMap::new();
         for i in 0..self.slots.len() {
-            let mut now = match self.get(i) {
-                Read::Held(s) => s,
-                Read::Free => {
-                    self.prev.remove(&i);
-                    self.claims.forget(i);
-                    continue;
-                }
-                Read::Unreadable => continue,
+            let Some(mut now) = self.slots.get(i) else {
+                self.prev.remove(&i);
+                self.claims.forget(i);
+                continue;
             };
             if self.claims.skip(i, now.key, claiming(&now)) {
                 continue;
@@ -178,17 +105,13 @@ impl SockSlotReader {
                 && (closed(&now) || *gone.entry(tgid).or_insert_with(|| (self.gone)(tgid)));
             if free {
                 // Only user space frees a slot, so it still holds this pair.
-                if let Read::Held(s) = self.get(i) {
-                    now = s;
-                }
+                now = self.slots.get(i).unwrap_or(now);
             }
             let mut delta = tcp_delta(prev.as_ref().map(|p| &p.bytes), now.bytes);
             // The key says the family.
             delta.family = sock_slot_family(now.key);
             changes.add(tgid, delta);
-            // Counts that cannot be zeroed keep their slot (a new claim would inherit them).
-            let zeroed = free && self.counts.zero(i).map_err(|e| self.fail(e)).is_ok();
-            if zeroed {
+            if free {
                 self.slots.free(i);
                 self.prev.remove(&i);
             } else {
