@@ -202,7 +202,10 @@ impl LibCopies {
             .collect()
     }
 
-    /// Attaches the probes to each copy in `found` not probed yet.
+    /// Attaches the probes to each copy in `found` not probed yet. A copy that could not be
+    /// probed because it is no longer reachable (its process exited, taking its view of the
+    /// file with it: a short-lived `mount` in a container's new namespace, say) is tried
+    /// again with the next process that has it; any other failure is said once.
     fn attach(&mut self, pid: u32, found: Vec<Found>, tracer: &mut Tracer) {
         for Found { path, lib, file } in found {
             if !self.probed.insert(file) {
@@ -215,6 +218,10 @@ impl LibCopies {
                         path.display()
                     );
                     self.attached.push((path, pid));
+                }
+                Err(_) if id(&path) != Some(file) => {
+                    // Nothing was attached (`attach_library_copy` fails only then).
+                    self.probed.remove(&file);
                 }
                 Err(e) => eprintln!(
                     "rdmatrace: pid {pid}'s {lib} at {} is not probed: {e}",
