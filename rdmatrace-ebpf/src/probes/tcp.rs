@@ -202,7 +202,7 @@ fn count(ctx: &RawTracePointContext, tx: bool) -> Option<u32> {
 /// The slot of socket `sk` in `SOCK_SLOTS` (by its hash, read at the config's offset) when
 /// the config allows slots and there is a socket.
 #[inline(always)]
-fn sock_slot_of(cfg: &ProbeConfig, sk: u64) -> Option<(u32, *mut SockSlot)> {
+fn sock_slot_of(cfg: &ProbeConfig, sk: u64) -> Option<*mut SockSlot> {
     if cfg.sock_slots == 0 || sk == 0 {
         return None;
     }
@@ -257,7 +257,7 @@ fn peer_addr(cfg: &ProbeConfig, sk: u64, family: u16, daddr: &mut [u8; 16]) -> b
 #[inline(always)]
 fn add_bytes(
     cfg: &ProbeConfig,
-    (sk, s): (u64, Option<(u32, *mut SockSlot)>),
+    (sk, s): (u64, Option<*mut SockSlot>),
     (family, v4): (u16, Option<[u8; 4]>),
     tgid: u32,
     bytes: u64,
@@ -284,7 +284,7 @@ fn add_bytes(
 /// The totals of `key` on socket `sk`: its slot `s` when free (claimed), otherwise its
 /// `TCP_BYTES` entry ([`hashed`]).
 #[inline(always)]
-fn totals((sk, s): (u64, Option<(u32, *mut SockSlot)>), key: &TcpPeerKey) -> Option<*mut TcpBytes> {
+fn totals((sk, s): (u64, Option<*mut SockSlot>), key: &TcpPeerKey) -> Option<*mut TcpBytes> {
     if let Some(s) = s {
         // SAFETY: the key's address is 8-aligned (after two 4-byte fields of a struct
         // aligned to 8).
@@ -325,18 +325,17 @@ pub fn hashed(key: &TcpPeerKey) -> Option<*mut TcpBytes> {
     TCP_BYTES.get_ptr_mut(key)
 }
 
-/// The slot of the socket whose `skc_hash` is `hash` in `SOCK_SLOTS`, and its index (the
-/// verifier's inlined array lookup).
+/// The slot of the socket whose `skc_hash` is `hash` in `SOCK_SLOTS` (the verifier's inlined
+/// array lookup).
 #[inline(always)]
-pub fn slot_of(hash: u32) -> Option<(u32, *mut SockSlot)> {
-    let i = sock_slot(hash, SOCK_SLOT_COUNT);
-    Some((i, SOCK_SLOTS.get_ptr_mut(i)?))
+pub fn slot_of(hash: u32) -> Option<*mut SockSlot> {
+    SOCK_SLOTS.get_ptr_mut(sock_slot(hash, SOCK_SLOT_COUNT))
 }
 
 /// The totals of slot `s` when it holds socket `sk` for process `tgid`: the per-call path
 /// (two compares; of the socket, only the hash that picked the slot was read).
 #[inline(always)]
-fn held((_, s): (u32, *mut SockSlot), sk: u64, tgid: u32) -> Option<*mut TcpBytes> {
+fn held(s: *mut SockSlot, sk: u64, tgid: u32) -> Option<*mut TcpBytes> {
     // SAFETY: a live map value; other CPUs add to its counters and user space frees it, key
     // last, so it is read through volatile reads. A slot freed or claimed again between the
     // two reads fails one compare or the other (the kernel writes `sk` before the key, user
@@ -360,7 +359,7 @@ fn held((_, s): (u32, *mut SockSlot), sk: u64, tgid: u32) -> Option<*mut TcpByte
 /// sockets of one slot starting together; both go on in `TCP_BYTES`.)
 #[inline(always)]
 pub fn claim(
-    (_, s): (u32, *mut SockSlot),
+    s: *mut SockSlot,
     sk: u64,
     tgid: u32,
     family: u16,
@@ -395,7 +394,7 @@ fn closed(cfg: &ProbeConfig, sk: u64) {
     if cfg.sock_slots == 0 || sk == 0 {
         return;
     }
-    if let Some((_, s)) = read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of) {
+    if let Some(s) = read::field::<u32>(sk, cfg.sk_hash).and_then(slot_of) {
         // SAFETY: a live map value (see `held`).
         unsafe {
             if core::ptr::read_volatile(&raw const (*s).sk) == sk {
@@ -408,7 +407,7 @@ fn closed(cfg: &ProbeConfig, sk: u64) {
 /// Adds a call of `bytes` to the totals of slot `s` when it holds socket `sk` for process
 /// `tgid` ([`held`]); whether it did.
 #[inline(always)]
-pub fn add_held(s: Option<(u32, *mut SockSlot)>, sk: u64, tgid: u32, bytes: u64, tx: bool) -> bool {
+pub fn add_held(s: Option<*mut SockSlot>, sk: u64, tgid: u32, bytes: u64, tx: bool) -> bool {
     match s.and_then(|s| held(s, sk, tgid)) {
         Some(t) => {
             add_to(t, bytes, tx);
