@@ -60,7 +60,10 @@ pub struct Folded {
     /// Frame id -> text.
     frames: Vec<Box<str>>,
     ids: FxHashMap<Box<str>, u32>,
-    stacks: FxHashMap<Box<[u32]>, u64>,
+    /// Stack -> its index in `counts`.
+    stacks: FxHashMap<Box<[u32]>, u32>,
+    /// Weights, by the index [`Folded::add_ids`] returns.
+    counts: Vec<u64>,
     /// Reused by [`Folded::add`].
     scratch: Vec<u32>,
 }
@@ -106,16 +109,29 @@ impl Folded {
         }
     }
 
-    /// Adds a stack given as interned frames (root first).
-    pub fn add_ids(&mut self, ids: &[u32], n: u64) {
+    /// Adds a stack given as interned frames (root first); its index for [`Folded::add_at`]
+    /// (`None` for an empty stack or no weight, which are not kept).
+    pub fn add_ids(&mut self, ids: &[u32], n: u64) -> Option<u32> {
         if n == 0 || ids.is_empty() {
-            return;
+            return None;
         }
-        match self.stacks.get_mut(ids) {
-            Some(c) => *c += n,
+        let i = match self.stacks.get(ids) {
+            Some(&i) => i,
             None => {
-                self.stacks.insert(ids.into(), n);
+                let i = self.counts.len() as u32;
+                self.counts.push(0);
+                self.stacks.insert(ids.into(), i);
+                i
             }
+        };
+        self.counts[i as usize] += n;
+        Some(i)
+    }
+
+    /// Adds `n` to the stack [`Folded::add_ids`] returned `i` for.
+    pub fn add_at(&mut self, i: u32, n: u64) {
+        if let Some(c) = self.counts.get_mut(i as usize) {
+            *c += n;
         }
     }
 
@@ -129,7 +145,7 @@ impl Folded {
     }
 
     pub fn total(&self) -> u64 {
-        self.stacks.values().sum()
+        self.counts.iter().sum()
     }
 
     fn texts(&self, ids: &[u32]) -> Vec<&str> {
@@ -141,7 +157,7 @@ impl Folded {
         let mut v: Vec<(Vec<&str>, u64)> = self
             .stacks
             .iter()
-            .map(|(ids, n)| (self.texts(ids), *n))
+            .map(|(ids, &i)| (self.texts(ids), self.counts[i as usize]))
             .collect();
         v.sort_unstable();
         v
@@ -218,12 +234,7 @@ impl Folder for RetransmitFolder {
 /// name seen before is found by its address (the cache holds it, so the address stays its own).
 fn push_outer_first(folded: &mut Folded, s: &mut Scratch, frames: &[Frame], suffix: &'static str) {
     for f in frames.iter().rev() {
-        let key = (
-            f.name
-                .as_ref()
-                .map_or(0, |n| Arc::as_ptr(n).cast::<u8>() as usize),
-            suffix.len(),
-        );
+        let key = (name_address(f), suffix.len());
         if let Some((_, id)) = s.seen.get(&key) {
             s.ids.push(*id);
             continue;
@@ -240,6 +251,14 @@ fn push_outer_first(folded: &mut Folded, s: &mut Scratch, frames: &[Frame], suff
         s.seen.insert(key, (f.name.clone(), id));
         s.ids.push(id);
     }
+}
+
+/// The address of `f`'s name (0 for an unnamed frame): names are shared, so one address is one
+/// text for as long as the name is kept alive.
+fn name_address(f: &Frame) -> usize {
+    f.name
+        .as_ref()
+        .map_or(0, |n| Arc::as_ptr(n).cast::<u8>() as usize)
 }
 
 /// A frame name (kept alive: its address is the cache's key) and its id.
@@ -301,6 +320,12 @@ impl Folder for VerbsFolder {
 pub struct CpuFolder {
     folded: Folded,
     scratch: Scratch,
+    /// A sample's stack as its process frame's id and its frames' name addresses (user frames,
+    /// [`usize::MAX`], kernel frames) -> the stack's index in `folded`. A million samples repeat
+    /// a few thousand stacks: a repeat is one lookup instead of one per frame. Every address in
+    /// it is of a name `scratch` keeps alive, so it cannot be reused for another text.
+    memo: FxHashMap<Box<[usize]>, u32>,
+    signature: Vec<usize>,
 }
 
 impl Folder for CpuFolder {
@@ -310,9 +335,21 @@ impl Folder for CpuFolder {
         };
         let s = &mut self.scratch;
         s.start(&mut self.folded, rec);
+        let sig = &mut self.signature;
+        sig.clear();
+        sig.push(s.ids[0] as usize);
+        sig.extend(c.user.iter().map(name_address));
+        sig.push(usize::MAX);
+        sig.extend(c.kernel.iter().map(name_address));
+        if let Some(&i) = self.memo.get(sig.as_slice()) {
+            self.folded.add_at(i, 1);
+            return;
+        }
         push_outer_first(&mut self.folded, s, &c.user, "");
         push_outer_first(&mut self.folded, s, &c.kernel, "_[k]");
-        self.folded.add_ids(&s.ids, 1);
+        if let Some(i) = self.folded.add_ids(&s.ids, 1) {
+            self.memo.insert(sig.as_slice().into(), i);
+        }
     }
 
     fn finish(self: Box<Self>) -> Folded {

@@ -163,3 +163,58 @@ fn cpu_samples_fold_user_then_kernel_frames_marked_k() {
         ]
     );
 }
+
+#[test]
+fn cpu_samples_named_by_one_table_fold_alike_until_a_name_or_the_process_changes() {
+    use crate::symbolize::{Symbols, KERNEL_PID};
+    let mut t = Symbols::default();
+    t.insert(9, 1, "main");
+    t.insert(9, 2, "poll_loop");
+    t.insert(10, 1, "main");
+    t.insert(10, 2, "poll_loop");
+    t.insert(KERNEL_PID, 0xa, "do_syscall_64");
+    let sample = |pid: u32, comm: &str, t: &Symbols| {
+        let mut r = Record {
+            comm: comm.into(),
+            body: Body::CpuSample(crate::event::CpuSample {
+                user: vec![Frame::new(2), Frame::new(1)],
+                kernel: vec![Frame::new(0xa)],
+            }),
+            ..call(pid, "", &[])
+        };
+        t.annotate(&mut r);
+        r
+    };
+    let mut f = folder(Kind::Cpu);
+    // Repeats of one stack (names shared with the table) count into one line.
+    for _ in 0..3 {
+        f.push(&sample(9, "trainer", &t));
+    }
+    // Another process with the same texts at the same addresses: its own line.
+    f.push(&sample(10, "trainer", &t));
+    // The same process under another name (exec): its own line.
+    f.push(&sample(9, "loader", &t));
+    // A name replaced at the same address: the new text, not the folded one.
+    t.insert(9, 2, "poll_loop_v2");
+    f.push(&sample(9, "trainer", &t));
+    f.push(&sample(9, "trainer", &t));
+    // Unnamed frames are one text however many addresses.
+    let mut unnamed = sample(9, "trainer", &Symbols::default());
+    f.push(&unnamed);
+    if let Body::CpuSample(c) = &mut unnamed.body {
+        c.user[0].addr = 3;
+    }
+    f.push(&unnamed);
+    let folded = f.finish();
+    assert_eq!(
+        folded.lines(),
+        [
+            "loader [9];main;poll_loop;do_syscall_64_[k] 1",
+            "trainer [10];main;poll_loop;do_syscall_64_[k] 1",
+            "trainer [9];[unknown];[unknown];[unknown]_[k] 2",
+            "trainer [9];main;poll_loop;do_syscall_64_[k] 3",
+            "trainer [9];main;poll_loop_v2;do_syscall_64_[k] 2",
+        ]
+    );
+    assert_eq!(folded.total(), 9);
+}

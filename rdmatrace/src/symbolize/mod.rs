@@ -8,7 +8,7 @@ pub mod resolver;
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::event::{Body, Frame, Record};
 
@@ -28,11 +28,23 @@ pub struct SymbolName {
 #[derive(Clone, Debug, Default)]
 pub struct Symbols {
     names: FxHashMap<(u32, u64), Arc<str>>,
+    /// Each distinct text once: processes of one program, and every process's shared libraries,
+    /// name many addresses alike. Fewer, shared names are less memory, and a stack's frames
+    /// touch fewer of them (each named frame holds its name).
+    texts: FxHashSet<Arc<str>>,
 }
 
 impl Symbols {
     pub fn insert(&mut self, pid: u32, addr: u64, name: &str) {
-        self.names.insert((pid, addr), name.into());
+        let text = match self.texts.get(name) {
+            Some(t) => t.clone(),
+            None => {
+                let t: Arc<str> = name.into();
+                self.texts.insert(t.clone());
+                t
+            }
+        };
+        self.names.insert((pid, addr), text);
     }
 
     pub fn get(&self, pid: u32, addr: u64) -> Option<&str> {

@@ -118,3 +118,21 @@ fn resolver_names_this_process_and_says_unknown_for_the_rest() {
     // Named once: the same stack again needs nothing new.
     assert!(r.names_for(&rec).is_empty());
 }
+
+#[test]
+fn one_text_is_stored_once_for_every_address_it_names() {
+    let mut t = Symbols::default();
+    t.insert(7, 0x10, "ibv_post_send");
+    t.insert(8, 0x20, "ibv_post_send");
+    let name = |t: &Symbols, pid, addr| {
+        let mut rec = verbs_record(pid, &[addr]);
+        t.annotate(&mut rec);
+        match rec.body {
+            Body::VerbsCall(mut v) => v.stack.remove(0).name,
+            _ => None,
+        }
+    };
+    let (a, b) = (name(&t, 7, 0x10), name(&t, 8, 0x20));
+    assert!(matches!((&a, &b), (Some(a), Some(b)) if std::sync::Arc::ptr_eq(a, b)));
+    assert_eq!(t.get(8, 0x20), Some("ibv_post_send"));
+}
