@@ -186,7 +186,7 @@ pub fn figures(i: &Inputs<'_>) -> Figures {
             );
         }
         for (metric, tool) in lab.series() {
-            let v = median(&lab.values(&metric, &tool)).unwrap_or(f64::NAN);
+            let v = median(&lab.measured(&metric, &tool)).unwrap_or(f64::NAN);
             put(&mut f, format!("lab.{metric}.{tool}"), v, "");
         }
     }

@@ -87,7 +87,17 @@ impl LabResults {
             .unwrap_or_default()
     }
 
-    /// tool / none of the same round, for every round that has both.
+    /// The values of `metric` that are measurements: a perftest figure of `inf` or 0 (perftest
+    /// prints them when its run was too short for its clock, or failed) is not one.
+    pub fn measured(&self, metric: &str, tool: &str) -> Vec<f64> {
+        let mut v = self.values(metric, tool);
+        if PERFTEST.contains(&metric) {
+            v.retain(|x| is_measurement(*x));
+        }
+        v
+    }
+
+    /// tool / none of the same round, for every round that has both as measurements.
     pub fn pair_ratios(&self, metric: &str, tool: &str) -> Vec<f64> {
         let Some(m) = self.raw.get(metric) else {
             return Vec::new();
@@ -96,9 +106,31 @@ impl LabResults {
             return Vec::new();
         };
         base.iter()
-            .filter_map(|(round, b)| with.get(round).map(|w| w / b))
+            .filter_map(|(round, b)| with.get(round).map(|w| (*w, *b)))
+            .filter(|(w, b)| is_measurement(*w) && is_measurement(*b))
+            .map(|(w, b)| w / b)
             .collect()
     }
+
+    /// Rounds of `tool` whose `metric` is in no ratio: its figure or the same round's figure
+    /// without a tracer was not a measurement (`inf`, 0) or is missing.
+    pub fn rounds_left_out(&self, metric: &str, tool: &str) -> Vec<u32> {
+        (1..=self.rounds)
+            .filter(|&r| {
+                !matches!(
+                    (self.value(metric, tool, r), self.value(metric, "none", r)),
+                    (Some(w), Some(b)) if is_measurement(w) && is_measurement(b)
+                )
+            })
+            .collect()
+    }
+}
+
+/// The figures perftest prints (bandwidth, latency).
+const PERFTEST: [&str; 2] = ["bw_mbps", "lat_p50_us"];
+
+fn is_measurement(x: f64) -> bool {
+    x.is_finite() && x > 0.0
 }
 
 pub fn run(rounds: u32) -> anyhow::Result<LabResults> {
@@ -134,7 +166,21 @@ mod tests {
                     bw_mbps rdmatrace 2 150\nbw_mbps rdmatrace 3 1\ndone - - 1\n";
         let r = LabResults::parse(text, 3, "k".into()).expect("parses");
         assert_eq!(r.pair_ratios("bw_mbps", "rdmatrace"), vec![0.9, 0.75]);
+        assert_eq!(r.rounds_left_out("bw_mbps", "rdmatrace"), [3]);
         assert!(r.pair_ratios("bw_mbps", "bpftrace").is_empty());
         assert!(LabResults::parse("bw_mbps none 1 100\n", 1, "k".into()).is_err());
+    }
+
+    #[test]
+    fn perftest_figures_of_inf_or_zero_are_no_measurements() {
+        let text = "bw_mbps none 1 100\nbw_mbps bpftrace 1 0\nbw_mbps none 2 inf\n\
+                    bw_mbps bpftrace 2 50\nbw_mbps none 3 100\nbw_mbps bpftrace 3 80\n\
+                    attach_ms bpftrace 1 0\ndone - - 1\n";
+        let r = LabResults::parse(text, 3, "k".into()).expect("parses");
+        assert_eq!(r.pair_ratios("bw_mbps", "bpftrace"), vec![0.8]);
+        assert_eq!(r.rounds_left_out("bw_mbps", "bpftrace"), [1, 2]);
+        assert_eq!(r.measured("bw_mbps", "none"), vec![100.0, 100.0]);
+        // Only perftest's figures are judged so.
+        assert_eq!(r.measured("attach_ms", "bpftrace"), vec![0.0]);
     }
 }

@@ -274,18 +274,32 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
         s,
         "| metric | target | rdmatrace | bpftrace |\n|---|---|---|---|"
     );
-    let ratio = |m: &str, t: &str| median(&lab.pair_ratios(m, t));
+    // The median change, and the rounds left out of it (see the raw figures).
+    let ratio = |m: &str, t: &str| {
+        let v = opt(median(&lab.pair_ratios(m, t)), pct);
+        match lab.rounds_left_out(m, t)[..] {
+            [] => v,
+            ref out => format!(
+                "{v} (round{} {} left out: no measurement)",
+                if out.len() == 1 { "" } else { "s" },
+                out.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    };
     let _ = writeln!(
         s,
         "| bandwidth change (ib_write_bw BW average) | ≥ −1 % | {} | {} |",
-        opt(ratio("bw_mbps", "rdmatrace"), pct),
-        opt(ratio("bw_mbps", "bpftrace"), pct)
+        ratio("bw_mbps", "rdmatrace"),
+        ratio("bw_mbps", "bpftrace")
     );
     let _ = writeln!(
         s,
         "| p50 latency change (ib_send_lat t_typical) | ≤ +2 % | {} | {} |",
-        opt(ratio("lat_p50_us", "rdmatrace"), pct),
-        opt(ratio("lat_p50_us", "bpftrace"), pct)
+        ratio("lat_p50_us", "rdmatrace"),
+        ratio("lat_p50_us", "bpftrace")
     );
     let ms = |t: &str| median(&lab.values("attach_ms", t));
     let _ = writeln!(
@@ -366,22 +380,22 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
     }
     let _ = writeln!(
         s,
-        "\nRaw figures per round (MB/s; µs; `inf` = perftest printed inf):\n"
+        "\nRaw figures per round (MB/s; µs; `inf` or 0 = perftest printed that: not a \
+         measurement, so that round is left out of the tracer's medians above):\n"
     );
     let _ = writeln!(
         s,
         "| round | BW none | BW rdmatrace | BW bpftrace | p50 none | p50 rdmatrace | p50 bpftrace |\n|---|---|---|---|---|---|---|"
     );
-    let get = |m: &str, t: &str, i: usize| {
-        lab.values(m, t)
-            .get(i)
+    let get = |m: &str, t: &str, round: u32| {
+        lab.value(m, t, round)
             .map_or("-".to_string(), |v| format!("{v}"))
     };
-    for i in 0..lab.rounds as usize {
+    for i in 1..=lab.rounds {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} | {} |",
-            i + 1,
+            i,
             get("bw_mbps", "none", i),
             get("bw_mbps", "rdmatrace", i),
             get("bw_mbps", "bpftrace", i),
