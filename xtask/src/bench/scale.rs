@@ -137,6 +137,7 @@ pub fn section(s: &mut String, r: Result<&Scale, &String>) {
         met(r.bytes_per_qp <= 512.0)
     );
     let m = median(&r.flame_ms).unwrap_or(f64::NAN);
+    let flame_met = m < 1000.0;
     let (lo, hi) = r
         .flame_ms
         .iter()
@@ -148,9 +149,12 @@ pub fn section(s: &mut String, r: Result<&Scale, &String>) {
         lo / 1e3,
         hi / 1e3,
         r.flame_rss_kib as f64 / 1024.0,
-        met(m < 1000.0)
+        met(flame_met)
     );
     s.push('\n');
+    if !flame_met {
+        super::tried::section(s, "flamegraph", "flamegraph of 1 M samples");
+    }
 }
 
 /// The lab's 10,000 QPs (`xtask/lab/manyqp.sh`, part of the lab bench).

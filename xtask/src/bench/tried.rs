@@ -37,6 +37,7 @@ mod tests {
             "per-packet-floor",
             "control-path-vs-bpftrace",
             "replay",
+            "flamegraph",
         ] {
             let text = items(key).unwrap_or_else(|| panic!("no section {key}"));
             assert!(text.starts_with("- "), "{key}: {text}");
