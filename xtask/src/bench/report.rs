@@ -309,12 +309,12 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
         opt(ms("bpftrace"), |v| format!("{v:.0} ms"))
     );
     // The ratio per round (same boot, same probes), then its median.
-    let ratios: Vec<f64> = lab
-        .values("attach_ms", "bpftrace")
-        .iter()
-        .zip(lab.values("attach_ms", "rdmatrace"))
-        .filter(|(_, r)| *r > 0.0)
-        .map(|(b, r)| b / r)
+    let ratios: Vec<f64> = (1..=lab.rounds)
+        .filter_map(|round| {
+            let b = lab.value("attach_ms", "bpftrace", round)?;
+            let r = lab.value("attach_ms", "rdmatrace", round)?;
+            (r > 0.0).then(|| b / r)
+        })
         .collect();
     let ratio = median(&ratios);
     let _ = writeln!(
@@ -381,7 +381,8 @@ fn lab_section(s: &mut String, lab: Option<Result<&LabResults, &String>>, reprod
     let _ = writeln!(
         s,
         "\nRaw figures per round (MB/s; µs; `inf` or 0 = perftest printed that: not a \
-         measurement, so that round is left out of the tracer's medians above):\n"
+         measurement, so that round is left out of the change rows above, of both tracers when \
+         it is the figure without a tracer; `-` = missing):\n"
     );
     let _ = writeln!(
         s,
