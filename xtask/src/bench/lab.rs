@@ -97,17 +97,17 @@ impl LabResults {
         v
     }
 
+    /// (tool, none) of `metric` in `round`, when both are there and are measurements.
+    fn pair(&self, metric: &str, tool: &str, round: u32) -> Option<(f64, f64)> {
+        let w = self.value(metric, tool, round)?;
+        let b = self.value(metric, "none", round)?;
+        (is_measurement(w) && is_measurement(b)).then_some((w, b))
+    }
+
     /// tool / none of the same round, for every round that has both as measurements.
     pub fn pair_ratios(&self, metric: &str, tool: &str) -> Vec<f64> {
-        let Some(m) = self.raw.get(metric) else {
-            return Vec::new();
-        };
-        let (Some(base), Some(with)) = (m.get("none"), m.get(tool)) else {
-            return Vec::new();
-        };
-        base.iter()
-            .filter_map(|(round, b)| with.get(round).map(|w| (*w, *b)))
-            .filter(|(w, b)| is_measurement(*w) && is_measurement(*b))
+        (1..=self.rounds)
+            .filter_map(|r| self.pair(metric, tool, r))
             .map(|(w, b)| w / b)
             .collect()
     }
@@ -116,12 +116,7 @@ impl LabResults {
     /// without a tracer was not a measurement (`inf`, 0) or is missing.
     pub fn rounds_left_out(&self, metric: &str, tool: &str) -> Vec<u32> {
         (1..=self.rounds)
-            .filter(|&r| {
-                !matches!(
-                    (self.value(metric, tool, r), self.value(metric, "none", r)),
-                    (Some(w), Some(b)) if is_measurement(w) && is_measurement(b)
-                )
-            })
+            .filter(|&r| self.pair(metric, tool, r).is_none())
             .collect()
     }
 }
